@@ -1,0 +1,24 @@
+# Two commands on a fresh machine:  `make demo`  and  `make test`.
+VENV ?= .venv
+BIN := $(VENV)/bin
+PROMPT ?= Write a Python function that checks whether a number is prime.
+
+.PHONY: setup models demo test bench clean-venv
+
+setup:
+	bash scripts/setup.sh
+
+models: setup
+	$(BIN)/omnidraft models pull smollm2-135m qwen2.5-coder-0.5b
+
+## demo: set up, fetch the default pair, run a cross-vocabulary speculative generation
+demo: models
+	$(BIN)/omnidraft generate --chat --max-tokens 160 "$(PROMPT)"
+
+## test: set up, fetch the default pair and the vocab-only GGUFs, run the whole suite
+test: models
+	$(BIN)/omnidraft models pull vocabs
+	$(BIN)/python -m pytest -q
+
+clean-venv:
+	rm -rf $(VENV)

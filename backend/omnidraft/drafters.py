@@ -1,0 +1,226 @@
+"""Drafters behind one narrow protocol: begin / draft / accept / stats.
+
+New drafters are composed (a model engine + a translator), not subclassed, and
+registered by method name in ``methods.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from .codec import Codec
+from .engine import Engine
+from .errors import ContextOverflow
+from .translator import LOOKUP, Candidates, Proposal, Translator
+
+
+@dataclass
+class PromptInput:
+    """What every drafter is told about a new request."""
+
+    target_ids: list[int]
+    text: bytes  # the rendered prompt, special tokens written out as text
+    messages: list[dict] | None = None
+
+
+@dataclass
+class DraftCounters:
+    drafts: int = 0
+    drafted_tokens: int = 0  # drafter tokens produced
+    proposed: int = 0  # target candidates handed to the verifier
+    accepted: int = 0
+    draft_s: float = 0.0
+    translate_s: float = 0.0
+    per_position_proposed: list[int] = field(default_factory=lambda: [0] * 16)
+    per_position_accepted: list[int] = field(default_factory=lambda: [0] * 16)
+
+    def record(self, proposed: int, accepted: int) -> None:
+        self.proposed += proposed
+        self.accepted += accepted
+        for i in range(min(proposed, 16)):
+            self.per_position_proposed[i] += 1
+            self.per_position_accepted[i] += i < accepted
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["acceptance_rate"] = self.accepted / self.proposed if self.proposed else 0.0
+        return d
+
+
+class Drafter(Protocol):
+    name: str
+    counters: DraftCounters
+
+    def begin(self, prompt: PromptInput) -> None:
+        """Start a new request with this prompt."""
+
+    def draft(self, k: int, keep_going: Callable[[int, float], bool]) -> Candidates:
+        """Propose up to k target candidates; ``keep_going(depth, p_top1)`` may stop early."""
+
+    def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
+        """The target kept n_accepted candidates and appended new_target_ids (spelling new_bytes)."""
+
+    def stats(self) -> dict:
+        """Counters for metrics, the policy and the trainer."""
+
+
+class ModelDrafter:
+    """A small LM drafting in its own vocabulary, translated for the target."""
+
+    def __init__(self, name: str, engine: Engine, translator: Translator, codec: Codec,
+                 allowed: np.ndarray | None = None, eog_ids: frozenset[int] = frozenset()):
+        self.name, self.engine, self.translator, self.codec = name, engine, translator, codec
+        # additive mask: 0 where the drafter may propose, -inf elsewhere (TLI uses the shared vocab)
+        self._bias = None if allowed is None else np.where(allowed, 0.0, -np.inf).astype(np.float32)
+        self._eog = eog_ids
+        self.counters = DraftCounters()
+        self.ctx: list[int] = []  # the drafter's view of prompt + output, in its own ids
+        self.last: Proposal = Proposal([], [])
+        self._queued_ids: list[int] = []  # target output not yet in the drafter's context
+        self._queued_bytes = b""
+        self.disabled = False  # set when the drafter's context is full: the target goes on alone
+
+    def begin(self, prompt: PromptInput) -> None:
+        ids = self._prompt_ids(prompt)
+        self.translator.begin(prompt.target_ids)
+        self.ctx = ids
+        self.disabled = len(ids) + 16 > self.engine.n_ctx
+        self.last = Proposal([], [])
+        self._queued_ids, self._queued_bytes = [], b""
+        if self.disabled:
+            return
+        keep = min(_common_prefix(self.engine.tokens, ids), len(ids) - 1)
+        self.engine.rollback(keep)
+        if len(ids) - 1 > keep:  # prefill all but the last token; that one is decoded by draft()
+            self.engine.decode(ids[keep:-1], "none")
+
+    def _prompt_ids(self, prompt: PromptInput) -> list[int]:
+        e = self.engine
+        ids = e.tokenize(prompt.text, add_bos=e.add_bos, special=True)
+        return ids or [e.bos_id if e.bos_id >= 0 else 0]
+
+    def draft(self, k: int, keep_going: Callable[[int, float], bool]) -> Candidates:
+        if self.disabled or k <= 0:
+            return Candidates()
+        self._sync()
+        t0 = time.perf_counter()
+        todo = self.ctx[len(self.engine.tokens):]
+        ids: list[int] = []
+        probs: list[float] = []
+        try:
+            for depth in range(k):
+                row = self.engine.decode(todo, "last")[0]
+                if self._bias is not None:
+                    row = row + self._bias
+                d = int(np.argmax(row))
+                p = _softmax_at(row, d)
+                if self.engine.is_special[d] and d not in self._eog:
+                    break
+                ids.append(d)
+                probs.append(p)
+                if d in self._eog or not keep_going(depth, p):
+                    break
+                todo = [d]
+        except ContextOverflow:
+            self.disabled = True
+        t1 = time.perf_counter()
+        self.last = Proposal(ids, probs)
+        cands = self.translator.translate(self.last)
+        t2 = time.perf_counter()
+        c = self.counters
+        c.drafts += 1
+        c.drafted_tokens += len(ids)
+        c.draft_s += t1 - t0
+        c.translate_s += t2 - t1
+        return cands
+
+    def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
+        # Text the target wrote while the drafter sat idle is only queued: when the policy
+        # stops drafting for a while, the drafter costs nothing until it is asked again.
+        self._queued_ids.extend(new_target_ids)
+        self._queued_bytes += new_bytes
+        if self.last.ids:
+            self._sync()
+
+    def _sync(self) -> None:
+        """Bring the drafter's context up to the target's text; the one rollback per step."""
+        if not self._queued_ids and not self.last.ids:
+            return
+        t0 = time.perf_counter()
+        new_ids, new_bytes = self._queued_ids, self._queued_bytes
+        self._queued_ids, self._queued_bytes = [], b""
+        self.translator.learn(self.last, new_ids)
+        tb = self.codec.token_bytes
+        kept, used = 0, 0  # drafted tokens whose text the target confirmed
+        for d in self.last.ids:
+            piece = tb[d]
+            if not piece or not new_bytes.startswith(piece, used):
+                break
+            kept += 1
+            used += len(piece)
+        self.ctx += self.last.ids[:kept] + self.codec.encode(new_bytes[used:])
+        keep = min(_common_prefix(self.engine.tokens, self.ctx), len(self.ctx) - 1)
+        self.engine.rollback(keep)
+        self.last = Proposal([], [])
+        self.counters.translate_s += time.perf_counter() - t0
+
+    def stats(self) -> dict:
+        return {"name": self.name, **self.counters.as_dict()}
+
+
+class PromptLookupDrafter:
+    """No model: propose the continuation of the latest earlier match of the context's last n-gram."""
+
+    def __init__(self, name: str = "prompt-lookup", max_ngram: int = 3, min_ngram: int = 1):
+        self.name, self.max_ngram, self.min_ngram = name, max_ngram, min_ngram
+        self.tokens: list[int] = []
+        self.counters = DraftCounters()
+
+    def begin(self, prompt: PromptInput) -> None:
+        self.tokens = list(prompt.target_ids)
+
+    def draft(self, k: int, keep_going: Callable[[int, float], bool]) -> Candidates:
+        t0 = time.perf_counter()
+        found = prompt_lookup(self.tokens, k, self.max_ngram, self.min_ngram)
+        c = Candidates()
+        for i, t in enumerate(found):
+            c.add(t, LOOKUP, (i, i + 1), 1.0)
+        self.counters.drafts += 1
+        self.counters.draft_s += time.perf_counter() - t0
+        return c
+
+    def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
+        self.tokens.extend(new_target_ids)
+
+    def stats(self) -> dict:
+        return {"name": self.name, **self.counters.as_dict()}
+
+
+def prompt_lookup(tokens: Sequence[int], k: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
+    """Tokens that followed the most recent earlier occurrence of the longest matching suffix n-gram."""
+    n_tok = len(tokens)
+    for n in range(min(max_ngram, n_tok - 1), min_ngram - 1, -1):
+        suffix = list(tokens[n_tok - n:])
+        for start in range(n_tok - n - 1, -1, -1):
+            if list(tokens[start: start + n]) == suffix:
+                follow = list(tokens[start + n: start + n + k])
+                if follow:
+                    return follow
+    return []
+
+
+def _softmax_at(row: np.ndarray, idx: int) -> float:
+    m = float(row[idx])  # idx is the argmax
+    return float(1.0 / np.exp(row - m).sum())
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

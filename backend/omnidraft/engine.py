@@ -1,0 +1,317 @@
+"""One llama.cpp model + context, through llama-cpp-python's low-level API.
+
+The engine knows nothing of speculation.  It tokenizes, owns a byte table
+(token id -> raw bytes), decodes batches at explicit positions returning logits
+only for the rows asked for, and rolls the KV cache back.  It tracks exactly
+which tokens sit in its KV cache (``self.tokens``), so callers can reuse a
+shared prefix and every rollback ends in one ``llama_memory_seq_rm``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp
+
+from . import llama_log
+from .errors import ContextOverflow, EngineError, InvalidModelFile
+
+log = logging.getLogger(__name__)
+
+_SPECIAL_ATTRS = (
+    llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN | llama_cpp.LLAMA_TOKEN_ATTR_UNUSED
+)
+_GGUF_MAGIC = b"GGUF"
+
+
+@dataclass
+class EngineConfig:
+    """How to load one model.  Every field has a safe default for a 2-8 core CPU."""
+
+    n_ctx: int = field(default=4096, metadata={"help": "context window (tokens) of the KV cache"})
+    n_threads: int = field(default=0, metadata={"help": "decode threads; 0 = all cores"})
+    n_threads_batch: int = field(default=0, metadata={"help": "prompt/verify threads; 0 = n_threads"})
+    n_batch: int = field(default=512, metadata={"help": "max tokens per llama_decode call"})
+    n_gpu_layers: int = field(default=0, metadata={"help": "layers to offload to a GPU build (-1 = all)"})
+    vocab_only: bool = field(default=False, metadata={"help": "load only the tokenizer (no weights)"})
+    flash_attn: bool = field(default=False, metadata={"help": "use flash attention where the build has it"})
+    batch_invariant: bool = field(default=True, metadata={
+        "help": "f32 KV cache and no repacked weights, so that small verification batches give bit-identical "
+                "logits to one-token decoding (needed for exact speculative output; costs about 10 % speed)"})
+
+    def threads(self) -> tuple[int, int]:
+        n = self.n_threads or os.cpu_count() or 1
+        return n, self.n_threads_batch or n
+
+
+def check_gguf_header(path: Path) -> None:
+    """Cheap pre-flight so that obvious non-GGUFs fail with a clear message, not a llama.cpp log line."""
+    if not path.exists():
+        raise InvalidModelFile(f"{path}: no such file")
+    if not path.is_file():
+        raise InvalidModelFile(f"{path}: not a regular file")
+    size = path.stat().st_size
+    if size < 24:
+        raise InvalidModelFile(f"{path}: {size} bytes is too small to be a GGUF file")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head[:4] != _GGUF_MAGIC:
+        raise InvalidModelFile(f"{path}: not a GGUF file (magic {head[:4]!r}, expected b'GGUF')")
+    version = int.from_bytes(head[4:8], "little")
+    if version not in (2, 3):
+        raise InvalidModelFile(f"{path}: unsupported GGUF version {version}")
+
+
+class Engine:
+    """A loaded model with one KV-cache sequence (seq 0)."""
+
+    def __init__(self, path: str | os.PathLike, config: EngineConfig | None = None):
+        self.path = Path(path)
+        self.config = config or EngineConfig()
+        check_gguf_header(self.path)
+        llama_log.SINK.take_recent()
+        self._model = self._load_model()
+        self._ctx = None
+        self._batch = None
+        try:
+            self.vocab = llama_cpp.llama_model_get_vocab(self._model)
+            self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+            self._read_vocab()
+            if not self.config.vocab_only:
+                self._init_context()
+        except Exception:
+            self.close()
+            raise
+        self.tokens: list[int] = []  # exactly what is in the KV cache, in position order
+
+    # ---------------------------------------------------------------- loading
+    def _load_model(self):
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = self.config.vocab_only
+        params.n_gpu_layers = self.config.n_gpu_layers
+        if self.config.batch_invariant and hasattr(params, "use_extra_bufts"):
+            # repacked CPU weights switch from a gemv to a gemm kernel at 4+ rows: different rounding
+            params.use_extra_bufts = False
+        model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not model:
+            why = llama_log.SINK.take_recent() or "llama.cpp gave no reason"
+            raise InvalidModelFile(f"{self.path}: llama.cpp could not load this model ({why})")
+        return model
+
+    def _init_context(self) -> None:
+        cfg = self.config
+        n_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = min(cfg.n_ctx, n_train) if n_train > 0 else cfg.n_ctx
+        params.n_batch = params.n_ubatch = cfg.n_batch
+        params.n_threads, params.n_threads_batch = cfg.threads()
+        params.no_perf = True
+        if cfg.batch_invariant:
+            # an f16 KV cache rounds differently for tokens attended to inside one batch
+            params.type_k = params.type_v = 0  # GGML_TYPE_F32
+        if hasattr(params, "flash_attn_type"):
+            params.flash_attn_type = 1 if cfg.flash_attn else 0
+        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            raise InvalidModelFile(f"{self.path}: could not create a context ({llama_log.SINK.take_recent()})")
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(cfg.n_batch, 0, 1)
+
+    def _read_vocab(self) -> None:
+        v = self.vocab
+        self.vocab_type = llama_cpp.llama_vocab_type(v)
+        self.bos_id = llama_cpp.llama_vocab_bos(v)
+        self.eos_id = llama_cpp.llama_vocab_eos(v)
+        self.eot_id = llama_cpp.llama_vocab_eot(v)
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(v))
+        buf = ctypes.create_string_buffer(256)
+        table: list[bytes] = []
+        special = np.zeros(self.n_vocab, dtype=bool)
+        eog: set[int] = set()
+        for t in range(self.n_vocab):
+            table.append(self._piece(t, buf, special=False))
+            if llama_cpp.llama_vocab_get_attr(v, t) & _SPECIAL_ATTRS:
+                special[t] = True
+            if llama_cpp.llama_vocab_is_eog(v, t):
+                eog.add(t)
+        self.token_bytes = table
+        self.is_special = special  # control/unknown/unused: never drafted, never mapped
+        self.eog_ids = frozenset(eog)
+
+    def _piece(self, token: int, buf, special: bool) -> bytes:
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:  # buffer too small: retry with the size llama.cpp asked for
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]  # .raw[:n], not .value: pieces may contain NUL bytes
+
+    def close(self) -> None:
+        """Free native memory; safe to call twice."""
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- metadata
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.raw[:n].decode("utf-8", "replace") if n >= 0 else None
+
+    @property
+    def chat_template(self) -> str | None:
+        ptr = llama_cpp.llama_model_chat_template(self._model, None)
+        return ptr.decode("utf-8") if ptr else None
+
+    @property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or "unknown"
+
+    def special_text(self, token: int) -> bytes:
+        """Text of a token including control tokens (e.g. b'<|im_end|>')."""
+        return self._piece(token, ctypes.create_string_buffer(256), special=True)
+
+    # ------------------------------------------------------------ tokenizer
+    def tokenize(self, text: str | bytes, add_bos: bool = False, special: bool = False) -> list[int]:
+        """Tokenize; ``special=True`` parses control-token text such as '<|im_start|>'."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        cap = len(data) + 8
+        arr = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), arr, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            arr = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), arr, cap, add_bos, special)
+            if n < 0:
+                raise EngineError(f"tokenize failed ({n}) for {len(data)} bytes")
+        return list(arr[:n])
+
+    def detokenize(self, ids: Sequence[int], special: bool = False) -> bytes:
+        """Raw bytes of a token sequence (may end inside a UTF-8 character)."""
+        if special:
+            return b"".join(self.special_text(t) if self.is_special[t] else self.token_bytes[t] for t in ids)
+        return b"".join(self.token_bytes[t] for t in ids)
+
+    # -------------------------------------------------------------- decoding
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def rollback(self, n_keep: int) -> None:
+        """Drop KV entries at positions >= n_keep."""
+        if n_keep < len(self.tokens):
+            if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+                raise EngineError(f"KV rollback to {n_keep} refused")
+            del self.tokens[n_keep:]
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+
+    def decode(self, ids: Sequence[int], logits_for: Sequence[int] | str = "last") -> np.ndarray:
+        """Append ``ids`` to the KV cache; return logits rows for the chosen indices of ``ids``.
+
+        ``logits_for`` is a list of indices into ``ids``, "last", "all" or "none".
+        The returned array is a view into llama.cpp's buffer: valid until the next decode.
+        """
+        n = len(ids)
+        if n == 0:
+            raise EngineError("decode of zero tokens")
+        if self.n_past + n > self.n_ctx:
+            raise ContextOverflow(f"{self.n_past + n} tokens exceed the context window of {self.n_ctx}")
+        rows = _rows(logits_for, n)
+        parts: list[np.ndarray] = []
+        done = 0
+        while done < n:  # chunks of n_batch; only chunks holding wanted rows ask for logits
+            chunk = ids[done: done + self.config.n_batch]
+            want = [r - done for r in rows if done <= r < done + len(chunk)]
+            self._decode_chunk(chunk, want)
+            if want:
+                parts.append(self._logits_view(len(want)))
+                if done + len(chunk) < n:  # a later chunk overwrites the buffer: keep a copy
+                    parts[-1] = parts[-1].copy()
+            done += len(chunk)
+        if not parts:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _decode_chunk(self, chunk: Sequence[int], want: list[int]) -> None:
+        b = self._batch
+        start = self.n_past
+        wanted = set(want)
+        for i, t in enumerate(chunk):
+            b.token[i] = t
+            b.pos[i] = start + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = i in wanted
+        b.n_tokens = len(chunk)
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc != 0:
+            # rc 1: no KV slot; < 0: error.  llama.cpp restores the memory on rc 1 / -1.
+            self._resync_after_error()
+            raise EngineError(f"llama_decode returned {rc} ({llama_log.SINK.take_recent()})")
+        self.tokens.extend(int(t) for t in chunk)
+
+    def _resync_after_error(self) -> None:
+        pos_max = llama_cpp.llama_memory_seq_pos_max(self._mem, 0)
+        self.rollback(min(len(self.tokens), pos_max + 1))
+
+    def _logits_view(self, n_rows: int) -> np.ndarray:
+        ptr = llama_cpp.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
+
+    def sync(self, ids: Sequence[int]) -> np.ndarray:
+        """Make the KV cache hold exactly ``ids`` (reusing the common prefix); return last-row logits.
+
+        At least the last token is always re-decoded so its logits are fresh.
+        """
+        if not ids:
+            raise EngineError("sync to an empty sequence")
+        keep = _common_prefix(self.tokens, ids)
+        keep = min(keep, len(ids) - 1)
+        self.rollback(keep)
+        return self.decode(ids[keep:], "last")[0]
+
+
+def _rows(logits_for: Sequence[int] | str, n: int) -> list[int]:
+    if logits_for == "last":
+        return [n - 1]
+    if logits_for == "all":
+        return list(range(n))
+    if logits_for == "none":
+        return []
+    rows = sorted(set(int(r) for r in logits_for))
+    if rows and (rows[0] < 0 or rows[-1] >= n):
+        raise EngineError(f"logit rows {rows} out of range for {n} tokens")
+    return rows
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,293 @@
+"""The speculative loop: draft -> translate -> verify in one target pass -> accept -> roll back.
+
+The target's KV cache always holds exactly the target's own tokens: every
+candidate is checked against the target's choice at its position, so greedy output
+is token for token the target-alone output, and seeded sampling draws each output
+position's token with that position's own uniform, as the target alone would.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from . import chat
+from .drafters import Drafter, PromptInput
+from .engine import Engine
+from .errors import BadRequest, ContextOverflow
+from .policy import DraftPolicy, PolicyConfig
+from .textstream import Chunk, TextStream
+from .translator import NGRAM, Candidates
+from .verifier import SamplingParams, sample_token, verify_exact_sampling, verify_greedy, verify_rejection_approx
+
+log = logging.getLogger(__name__)
+
+VERIFICATION_MODES = ("exact", "approx-rs")
+
+
+@dataclass
+class GenerationParams:
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    verification: str = "exact"  # "approx-rs" = the paper's rejection sampling: APPROXIMATE
+    record_topk: int = 0  # > 0: keep the target's top-k probabilities per output token (training records)
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
+
+    def check(self) -> None:
+        if self.max_tokens < 1:
+            raise BadRequest("max_tokens must be >= 1")
+        if not 0.0 <= self.temperature <= 10.0:
+            raise BadRequest("temperature must be within [0, 10]")
+        if not 0.0 < self.top_p <= 1.0:
+            raise BadRequest("top_p must be within (0, 1]")
+        if self.top_k < 0:
+            raise BadRequest("top_k must be >= 0")
+        if self.verification not in VERIFICATION_MODES:
+            raise BadRequest(f"verification must be one of {VERIFICATION_MODES}")
+
+
+@dataclass
+class StepRecord:
+    """One speculative step: what the trainer and the metrics see."""
+
+    proposed: int
+    accepted: int
+    ngram_proposed: int
+    ngram_accepted: int
+    new_tokens: list[int]
+    draft_s: float
+    translate_s: float
+    verify_s: float
+    total_s: float
+    # per new token: (target ids, probabilities) of the target's top-k at that position, if recorded
+    topk: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+
+
+@dataclass
+class GenerationStats:
+    method: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    target_passes: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    ngram_proposed: int = 0
+    ngram_accepted: int = 0
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    translate_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+    draft_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def tau(self) -> float:
+        """Target tokens produced per target forward pass."""
+        return self.completion_tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        gen = self.total_s - self.prefill_s
+        return self.completion_tokens / gen if gen > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(acceptance_rate=self.acceptance_rate, tau=self.tau, tokens_per_s=self.tokens_per_s,
+                 python_s=max(0.0, self.total_s - self.prefill_s - self.draft_s - self.translate_s - self.verify_s))
+        return d
+
+    def summary(self) -> str:
+        return (f"[{self.method}] {self.completion_tokens} tokens, acceptance {self.acceptance_rate:.1%}, "
+                f"{self.tau:.2f} tokens/target pass, {self.tokens_per_s:.1f} tok/s")
+
+
+@dataclass
+class Final:
+    """Last item of a stream."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" | "length"
+    stats: GenerationStats
+    steps: list[StepRecord]
+
+
+class Generator:
+    """Composes a target engine, an optional drafter and a draft-length policy."""
+
+    def __init__(self, target: Engine, drafter: Drafter | None = None,
+                 policy: DraftPolicy | PolicyConfig | None = None, method: str = "target", max_verify_batch: int = 7):
+        self.target = target
+        self.drafter = drafter
+        self.method = method
+        # a DraftPolicy passed in keeps what it learned (timings, acceptance) across requests
+        self.policy = policy if isinstance(policy, DraftPolicy) else DraftPolicy(policy or PolicyConfig())
+        # largest verification batch whose logits are bit-identical to one-token decoding
+        self.max_verify_batch = max(1, max_verify_batch)
+
+    # ---------------------------------------------------------------- prompts
+    def prompt_from_text(self, text: str) -> PromptInput:
+        ids = self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
+        if not ids:
+            raise BadRequest("empty prompt")
+        return PromptInput(ids, text.encode("utf-8"))
+
+    def prompt_from_messages(self, messages: list[dict]) -> PromptInput:
+        msgs = chat.validate_messages(messages)
+        t = self.target
+        bos = t.special_text(t.bos_id).decode("utf-8", "replace") if t.bos_id >= 0 else ""
+        eos = t.special_text(t.eos_id).decode("utf-8", "replace") if t.eos_id >= 0 else ""
+        text = chat.render(t.chat_template, msgs, bos_token=bos, eos_token=eos)
+        add_bos = t.add_bos and not (bos and text.startswith(bos))
+        ids = t.tokenize(text, add_bos=add_bos, special=True)
+        return PromptInput(ids, text.encode("utf-8"), msgs)
+
+    # ------------------------------------------------------------------ loop
+    def generate(self, prompt: PromptInput, params: GenerationParams | None = None) -> Final:
+        final = None
+        for item in self.stream(prompt, params):
+            if isinstance(item, Final):
+                final = item
+        assert final is not None
+        return final
+
+    def stream(self, prompt: PromptInput, params: GenerationParams | None = None) -> Iterator[Chunk | Final]:
+        params = params or GenerationParams()
+        params.check()
+        t = self.target
+        ids = prompt.target_ids
+        if len(ids) + 1 > t.n_ctx:
+            raise ContextOverflow(f"prompt of {len(ids)} tokens does not fit the context of {t.n_ctx}")
+        max_new = min(params.max_tokens, t.n_ctx - len(ids))
+        stats = GenerationStats(self.method, prompt_tokens=len(ids))
+        t0 = time.perf_counter()
+        # A fresh context per request: the prompt is computed exactly as the target alone computes it.
+        t.reset()
+        if len(ids) > 1:
+            t.decode(ids[:-1], "none")
+        if self.drafter is not None:
+            self.drafter.begin(prompt)
+        stats.prefill_s = time.perf_counter() - t0
+        sp = params.sampling()
+        uniforms = np.random.default_rng(params.seed).random(max_new + self.max_verify_batch + 1)
+        rng = np.random.default_rng(params.seed)
+        text = TextStream(params.stop)
+        out: list[int] = []
+        steps: list[StepRecord] = []
+        t_prev = ids[-1]
+        finish = "length"
+        while len(out) < max_new:
+            step, new, done = self._step(t_prev, len(out), max_new, params, sp, uniforms, rng)
+            steps.append(step)
+            self._tally(stats, step)
+            eog_at = next((i for i, tok in enumerate(new) if tok in t.eog_ids), None)
+            if eog_at is not None:
+                new, done = new[:eog_at], True
+            out.extend(new)
+            n_acc_text = min(step.accepted, len(new))
+            yield from text.push(t.detokenize(new[:n_acc_text]), True)
+            yield from text.push(t.detokenize(new[n_acc_text:]), False)
+            if done or text.stopped:
+                finish = "stop"
+                break
+            if self.drafter is not None:
+                self.drafter.accept(step.accepted, new, t.detokenize(new))
+            t_prev = new[-1]
+        yield from text.finish()
+        stats.completion_tokens = len(out)
+        stats.total_s = time.perf_counter() - t0
+        yield Final(text.text, out, finish, stats, steps)
+
+    def _step(self, t_prev: int, n_out: int, max_new: int, params: GenerationParams, sp: SamplingParams,
+              uniforms: np.ndarray, rng: np.random.Generator) -> tuple[StepRecord, list[int], bool]:
+        t = self.target
+        s0 = time.perf_counter()
+        limit = min(max_new - n_out - 1, t.n_ctx - t.n_past - 2, self.max_verify_batch - 1)
+        cands, d_s, tr_s, drafted = Candidates(), 0.0, 0.0, 0
+        if self.drafter is not None and limit > 0:
+            k = self.policy.choose_k(limit)
+            if k > 0:
+                before = (self.drafter.counters.draft_s, self.drafter.counters.translate_s,
+                          self.drafter.counters.drafted_tokens)
+                cands = self.drafter.draft(k, self.policy.keep_going).truncate(limit)
+                c = self.drafter.counters
+                d_s, tr_s, drafted = c.draft_s - before[0], c.translate_s - before[1], c.drafted_tokens - before[2]
+        v0 = time.perf_counter()
+        base = t.n_past
+        logits = t.decode([t_prev] + cands.ids, "all")
+        n_acc, nxt = self._verify(cands, logits, params, sp, uniforms[n_out:], rng)
+        t.rollback(base + 1 + n_acc)  # keep t_prev and the accepted candidates; nxt is decoded next step
+        v_s = time.perf_counter() - v0
+        new = cands.ids[:n_acc] + [nxt]
+        if self.drafter is not None:
+            self.drafter.counters.record(len(cands), n_acc)
+        self.policy.observe(len(cands), n_acc, v_s, d_s, drafted)
+        ng = [k == NGRAM for k in cands.kinds]
+        topk = [_topk(logits[i], params.record_topk) for i in range(n_acc + 1)] if params.record_topk else []
+        rec = StepRecord(len(cands), n_acc, sum(ng), sum(ng[:n_acc]), new, d_s, tr_s, v_s,
+                         time.perf_counter() - s0, topk)
+        return rec, new, False
+
+    def _verify(self, cands: Candidates, logits: np.ndarray, params: GenerationParams, sp: SamplingParams,
+                uniforms: np.ndarray, rng: np.random.Generator) -> tuple[int, int]:
+        if sp.greedy:
+            return verify_greedy(cands.ids, logits)
+        if params.verification == "approx-rs" and len(cands):
+            return verify_rejection_approx(cands.ids, cands.q, [None] * len(cands), logits, sp, rng)
+        return verify_exact_sampling(cands.ids, logits, sp, uniforms)
+
+    @staticmethod
+    def _tally(stats: GenerationStats, step: StepRecord) -> None:
+        stats.target_passes += 1
+        stats.proposed += step.proposed
+        stats.accepted += step.accepted
+        stats.ngram_proposed += step.ngram_proposed
+        stats.ngram_accepted += step.ngram_accepted
+        stats.draft_s += step.draft_s
+        stats.translate_s += step.translate_s
+        stats.verify_s += step.verify_s
+        stats.draft_lengths.append(step.proposed)
+
+
+def _topk(row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k token ids and their softmax probabilities (temperature 1), most likely first."""
+    idx = np.argpartition(row, -k)[-k:]
+    z = row - row.max()
+    p = np.exp(z)
+    p /= p.sum()
+    order = idx[np.argsort(-p[idx])]
+    return order.astype(np.int32), p[order].astype(np.float32)
+
+
+def reference_target_tokens(target: Engine, prompt: PromptInput, params: GenerationParams) -> list[int]:
+    """The target alone, one token per pass, written independently of the loop above (for tests)."""
+    ids = prompt.target_ids
+    max_new = min(params.max_tokens, target.n_ctx - len(ids))
+    sp = params.sampling()
+    uniforms = np.random.default_rng(params.seed).random(max_new + 8)
+    target.reset()
+    if len(ids) > 1:
+        target.decode(ids[:-1], "none")
+    out: list[int] = []
+    last = ids[-1]
+    while len(out) < max_new:
+        row = target.decode([last], "last")[0]
+        last = sample_token(row, sp, uniforms[len(out)])
+        if last in target.eog_ids:
+            break
+        out.append(last)
+    return out

@@ -1,0 +1,84 @@
+"""Speculative methods by name: each is a composition of an engine and a translator.
+
+| method          | drafter                 | translation                                       |
+|-----------------|-------------------------|---------------------------------------------------|
+| target          | none                    | -                                                 |
+| prompt-lookup   | n-gram lookup in context| target ids already                                |
+| same-vocab      | model, same vocabulary  | identity (the reference that needs no translation) |
+| tli             | model, shared vocab only| direct map (Timor et al. 2025)                    |
+| slem            | model                   | text re-tokenisation (HF universal assisted gen.) |
+| omnidraft       | model                   | n-gram cache + direct map + re-tokenisation       |
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .codec import Codec
+from .drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from .engine import Engine
+from .errors import BadRequest, VocabularyMismatch
+from .ngram_cache import NGramCache
+from .translator import DirectTranslator, IdentityTranslator, OmniTranslator, TextTranslator
+from .vocab_bridge import UNMAPPED, VocabBridge
+
+METHODS = ("target", "prompt-lookup", "same-vocab", "tli", "slem", "omnidraft")
+NEEDS_DRAFT_MODEL = ("same-vocab", "tli", "slem", "omnidraft")
+
+
+class PairContext:
+    """What model-based methods share for one (drafter, target) pair: codecs, bridge, n-gram cache."""
+
+    def __init__(self, draft: Engine, target: Engine, bridge: VocabBridge, cache: NGramCache):
+        self.draft, self.target, self.bridge, self.cache = draft, target, bridge, cache
+        self.draft_codec = Codec(draft)
+        self.target_codec = Codec(target)
+
+
+def _omnidraft(p: PairContext) -> Drafter:
+    tr = OmniTranslator(p.bridge, p.cache, p.draft_codec, p.target_codec)
+    return ModelDrafter("omnidraft", p.draft, tr, p.draft_codec, eog_ids=frozenset(p.bridge.eog_d2t))
+
+
+def _slem(p: PairContext) -> Drafter:
+    tr = TextTranslator(p.bridge, p.draft_codec, p.target_codec)
+    return ModelDrafter("slem", p.draft, tr, p.draft_codec, eog_ids=frozenset(p.bridge.eog_d2t))
+
+
+def _tli(p: PairContext) -> Drafter:
+    allowed = p.bridge.d2t != UNMAPPED
+    for d in p.bridge.eog_d2t:
+        allowed[d] = True
+    return ModelDrafter("tli", p.draft, DirectTranslator(p.bridge), p.draft_codec, allowed=allowed,
+                        eog_ids=frozenset(p.bridge.eog_d2t))
+
+
+def _same_vocab(p: PairContext) -> Drafter:
+    if not p.bridge.same_vocab:
+        raise VocabularyMismatch("same-vocab needs a drafter with the target's exact vocabulary "
+                                 "(e.g. qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b)")
+    eog = frozenset(int(t) for t in p.draft.eog_ids)
+    return ModelDrafter("same-vocab", p.draft, IdentityTranslator(), p.draft_codec, eog_ids=eog)
+
+
+_FACTORIES: dict[str, Callable[[PairContext], Drafter]] = {
+    "omnidraft": _omnidraft, "slem": _slem, "tli": _tli, "same-vocab": _same_vocab,
+}
+
+
+def make_drafter(method: str, pair: PairContext | None) -> Drafter | None:
+    if method not in METHODS:
+        raise BadRequest(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if method == "target":
+        return None
+    if method == "prompt-lookup":
+        return PromptLookupDrafter()
+    if pair is None:
+        raise BadRequest(f"method {method!r} needs a draft model")
+    return _FACTORIES[method](pair)
+
+
+def shared_vocab_mask(bridge: VocabBridge) -> np.ndarray:
+    return bridge.d2t != UNMAPPED

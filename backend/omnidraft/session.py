@@ -1,0 +1,114 @@
+"""Load a model pair once and hand out generators: the object a CLI or server process holds."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from . import costmodel, models
+from .costmodel import CostModel
+from .engine import Engine, EngineConfig
+from .errors import BadRequest
+from .generator import Generator
+from .invariance import max_invariant_batch
+from .methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make_drafter
+from .ngram_cache import NGramCache, cache_filename
+from .policy import DraftPolicy, PolicyConfig
+from .vocab_bridge import build_bridge
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Settings:
+    """One typed settings object per process; the CLI flags are generated from it."""
+
+    target: str = field(default=models.DEFAULT_TARGET, metadata={"help": "target model: short name or .gguf path"})
+    draft: str = field(default=models.DEFAULT_DRAFT, metadata={"help": "draft model: short name or .gguf path"})
+    method: str = field(default="omnidraft", metadata={"help": "|".join(METHODS)})
+    k: int = field(default=4, metadata={"help": "maximum draft length per step"})
+    policy: str = field(default="cost", metadata={"help": "draft-length policy: fixed|threshold|cost"})
+    p_min: float = field(default=0.3, metadata={"help": "stop drafting below this drafter top-1 probability"})
+    n_ctx: int = field(default=4096, metadata={"help": "context window of the target (tokens)"})
+    draft_n_ctx: int = field(default=4096, metadata={"help": "context window of the drafter (tokens)"})
+    threads: int = field(default=0, metadata={"help": "CPU threads (0 = all cores)"})
+    ngram_budget_kb: int = field(default=4096, metadata={"help": "n-gram cache byte budget (KiB)"})
+    ngram_policy: str = field(default="lru", metadata={"help": "n-gram cache eviction: lru|lfu"})
+    state_dir: str = field(default="", metadata={"help": "where the n-gram cache etc. live (default: cache dir)"})
+
+    def policy_config(self) -> PolicyConfig:
+        return PolicyConfig(name=self.policy, k=self.k, p_min=self.p_min)
+
+
+def settings_fields():
+    return fields(Settings)
+
+
+class Session:
+    """A loaded target (+ drafter) and the per-pair state that outlives requests."""
+
+    def __init__(self, settings: Settings):
+        if settings.method not in METHODS:
+            raise BadRequest(f"unknown method {settings.method!r}; choose from {', '.join(METHODS)}")
+        self.settings = settings
+        self.state_dir = Path(settings.state_dir) if settings.state_dir else models.cache_dir() / "state"
+        self.target = Engine(models.resolve(settings.target),
+                             EngineConfig(n_ctx=settings.n_ctx, n_threads=settings.threads))
+        self.draft: Engine | None = None
+        self.pair: PairContext | None = None
+        self.max_verify_batch = max_invariant_batch(self.target, self.state_dir / "invariance.json")
+        self._policies: dict[str, DraftPolicy] = {}
+        self.cost_model: CostModel | None = None
+        if settings.method in NEEDS_DRAFT_MODEL:
+            self.load_drafter(settings.draft)
+
+    def load_drafter(self, name_or_path: str) -> None:
+        """Load (or swap in) a drafter; the n-gram cache is kept: it is keyed by vocabulary pair."""
+        s = self.settings
+        draft = Engine(models.resolve(name_or_path),
+                       EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.threads, batch_invariant=False))
+        bridge = build_bridge(draft, self.target)
+        cache = self.pair.cache if self.pair and self.pair.bridge.draft_fp == bridge.draft_fp else None
+        if cache is None:
+            cache = NGramCache.open(self.cache_path(bridge.draft_fp, bridge.target_fp), bridge.draft_fp,
+                                    bridge.target_fp, s.ngram_budget_kb * 1024, s.ngram_policy)
+        old = self.draft
+        self.draft, self.pair = draft, PairContext(draft, self.target, bridge, cache)
+        if old is not None:
+            old.close()
+
+    def cache_path(self, draft_fp: str, target_fp: str) -> Path:
+        return self.state_dir / cache_filename(draft_fp, target_fp)
+
+    def generator(self, method: str | None = None) -> Generator:
+        method = method or self.settings.method
+        if method in NEEDS_DRAFT_MODEL and self.pair is None:
+            self.load_drafter(self.settings.draft)
+        drafter = make_drafter(method, self.pair)
+        policy = self._policies.get(method)
+        if policy is None:
+            policy = self._policies[method] = DraftPolicy(self.settings.policy_config())
+            if policy.cfg.name == "cost" and method != "target":
+                cm = self.measure_costs()
+                policy.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
+        return Generator(self.target, drafter, policy, method, self.max_verify_batch)
+
+    def measure_costs(self) -> CostModel:
+        """Time target passes of 1..max_verify_batch tokens and one drafter token (about a second)."""
+        if self.cost_model is None:
+            self.cost_model = costmodel.measure(self.target, self.draft, self.max_verify_batch)
+            log.info("cost model: T_verify %s ms, T_draft %.1f ms",
+                     {n: round(t * 1e3, 1) for n, t in self.cost_model.t_verify.items()},
+                     self.cost_model.t_draft * 1e3)
+        return self.cost_model
+
+    def save_state(self) -> None:
+        if self.pair is not None:
+            b = self.pair.bridge
+            self.pair.cache.save(self.cache_path(b.draft_fp, b.target_fp))
+
+    def close(self) -> None:
+        for e in (self.draft, self.target):
+            if e is not None:
+                e.close()

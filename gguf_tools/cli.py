@@ -1,0 +1,129 @@
+"""``omnidraft-gguf`` (also ``omnidraft gguf``): inspect, quantize, convert and compare GGUF models.
+
+Results go to stdout; diagnostics go through logging to stderr.  Typed errors
+(bad file, unknown type, ...) print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from omnidraft.errors import OmniDraftError
+
+log = logging.getLogger(__name__)
+
+_MODEL_HELP = "a .gguf path or a short model name ({names}); short names are downloaded on first use"
+
+
+def _model_arg(value: str) -> str:
+    from omnidraft.models import resolve
+
+    return str(resolve(value))
+
+
+def _parser() -> argparse.ArgumentParser:
+    from omnidraft.models import REGISTRY
+
+    names = ", ".join(REGISTRY)
+    p = argparse.ArgumentParser(
+        prog="omnidraft-gguf", description="Inspect, quantize, convert and compare GGUF models.",
+        epilog="Example: omnidraft-gguf inspect smollm2-135m")
+    p.add_argument("-v", "--verbose", action="store_true", help="show debug logging (incl. llama.cpp's)")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("inspect", help="summarise a GGUF file",
+                       description="Print architecture, parameter count, tensor types, vocabulary, special "
+                                   "tokens, chat template and hyper-parameters of a GGUF file. Corrupt or "
+                                   "truncated files are reported as such.",
+                       epilog="Example: omnidraft-gguf inspect model.gguf --json")
+    s.add_argument("file", help=_MODEL_HELP.format(names=names))
+    s.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+
+    from .quantize import QUANT_TYPES
+
+    s = sub.add_parser("quantize", help="quantize a GGUF file with llama.cpp",
+                       description="Write IN quantized to --type at OUT (atomically: a temp file is renamed "
+                                   "into place). Input may be f32/f16/bf16 or already quantized.",
+                       epilog="Example: omnidraft-gguf quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m")
+    s.add_argument("input", metavar="IN", help=_MODEL_HELP.format(names=names))
+    s.add_argument("output", metavar="OUT", help="path of the .gguf file to write")
+    s.add_argument("--type", "-t", required=True, metavar="T",
+                   help=f"target type, one of: {', '.join(QUANT_TYPES)} (q4_k_m is a good default for CPUs)")
+    s.add_argument("--threads", type=int, default=0, help="worker threads (default 0 = all cores)")
+    s.add_argument("--no-requantize", action="store_true",
+                   help="refuse an input that is already quantized (re-quantizing loses quality twice)")
+
+    s = sub.add_parser("convert", help="convert a Hugging Face Llama/Qwen2 checkpoint to GGUF",
+                       description="Convert a Hugging Face model directory (config.json, *.safetensors, "
+                                   "tokenizer files) of a LlamaForCausalLM or Qwen2ForCausalLM to GGUF. "
+                                   "Quantize the result with the quantize command.",
+                       epilog="Example: omnidraft-gguf convert ./my-drafter drafter-f16.gguf --outtype f16 "
+                              "--vocab-from smollm2-135m")
+    s.add_argument("hf_dir", metavar="HF_DIR", help="directory holding config.json and *.safetensors")
+    s.add_argument("output", metavar="OUT.gguf", help="path of the .gguf file to write")
+    s.add_argument("--outtype", choices=("f32", "f16", "bf16"), default="f16",
+                   help="precision of the 2-D weights (norms stay f32); default f16")
+    s.add_argument("--vocab-from", metavar="G", type=_model_arg,
+                   help="copy the tokenizer (and chat template) from this GGUF instead of the HF files; "
+                        "use it when the tokenizer is unchanged, e.g. re-exporting a fine-tuned drafter")
+
+    s = sub.add_parser("vocab-overlap", help="compare the vocabularies of two GGUF models",
+                       description="Count tokens A and B share (same raw bytes, special tokens excluded), "
+                                   "the share of each vocabulary that is shared, and how many of B's tokens "
+                                   "A's tokenizer splits into several tokens.",
+                       epilog="Example: omnidraft-gguf vocab-overlap smollm2-135m qwen2.5-coder-0.5b")
+    s.add_argument("a", metavar="A", help=_MODEL_HELP.format(names=names))
+    s.add_argument("b", metavar="B", help="second model, same forms as A")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.cmd == "inspect":
+        from .inspect import format_report, inspect
+
+        info = inspect(_model_arg(args.file))
+        print(json.dumps(info, indent=2) if args.json else format_report(info))
+    elif args.cmd == "quantize":
+        from .quantize import quantize
+
+        out = quantize(_model_arg(args.input), args.output, args.type,
+                       allow_requantize=not args.no_requantize, nthreads=args.threads)
+        print(out)
+    elif args.cmd == "convert":
+        from .convert import convert
+
+        print(convert(args.hf_dir, args.output, args.outtype, vocab_from=args.vocab_from))
+    elif args.cmd == "vocab-overlap":
+        from .vocab import format_overlap, vocab_overlap
+
+        r = vocab_overlap(_model_arg(args.a), _model_arg(args.b))
+        print(json.dumps(r, indent=2) if args.json else format_overlap(r))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code (0 ok, 2 typed error or bad usage)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except OmniDraftError as e:  # raised by a type= converter such as --vocab-from
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                            format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("omnidraft.llama_cpp").setLevel(logging.ERROR)
+    try:
+        _run(args)
+    except OmniDraftError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Quantize a GGUF file with llama.cpp's own quantizer (``llama_model_quantize``).
+
+The output is written to a temp file beside the destination and renamed into
+place, so a crash or Ctrl-C never leaves a half-written model under the real name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import llama_cpp
+
+from omnidraft import llama_log
+from omnidraft.errors import BadRequest, InvalidModelFile
+
+from .inspect import read
+
+log = logging.getLogger(__name__)
+
+# user-facing name -> llama.cpp LLAMA_FTYPE_* constant name
+_TYPES = {
+    "q4_0": "MOSTLY_Q4_0", "q4_1": "MOSTLY_Q4_1", "q5_0": "MOSTLY_Q5_0", "q5_1": "MOSTLY_Q5_1",
+    "q8_0": "MOSTLY_Q8_0", "q2_k": "MOSTLY_Q2_K", "q3_k_s": "MOSTLY_Q3_K_S", "q3_k_m": "MOSTLY_Q3_K_M",
+    "q3_k_l": "MOSTLY_Q3_K_L", "q4_k_s": "MOSTLY_Q4_K_S", "q4_k_m": "MOSTLY_Q4_K_M", "q5_k_s": "MOSTLY_Q5_K_S",
+    "q5_k_m": "MOSTLY_Q5_K_M", "q6_k": "MOSTLY_Q6_K", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16",
+    "f32": "ALL_F32",
+}
+QUANT_TYPES: tuple[str, ...] = tuple(k for k, v in _TYPES.items() if hasattr(llama_cpp, "LLAMA_FTYPE_" + v))
+
+
+def ftype_of(qtype: str) -> int:
+    """The LLAMA_FTYPE_* value for a type name such as 'q4_k_m' (case-insensitive)."""
+    key = qtype.lower().replace("-", "_")
+    if key not in QUANT_TYPES:
+        raise BadRequest(f"unknown quantization type {qtype!r}; valid types: {', '.join(QUANT_TYPES)}")
+    return getattr(llama_cpp, "LLAMA_FTYPE_" + _TYPES[key])
+
+
+def quantize(src: str | os.PathLike, dst: str | os.PathLike, qtype: str,
+             allow_requantize: bool = True, nthreads: int = 0, progress: bool = True) -> Path:
+    """Write ``src`` quantized to ``qtype`` at ``dst`` (atomically); return ``dst``.
+
+    ``allow_requantize`` lets an already-quantized input be quantized again (lossy twice);
+    ``nthreads`` 0 lets llama.cpp use every core.
+    """
+    src, dst = Path(src), Path(dst)
+    ftype = ftype_of(qtype)
+    reader = read(src)  # validates header + tensor extents before llama.cpp sees the file
+    if not reader.tensors:
+        raise InvalidModelFile(f"{src}: has no tensors (vocab-only file?); nothing to quantize")
+    if src.resolve() == dst.resolve():
+        raise BadRequest(f"input and output are the same file: {src}")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = nthreads
+    params.allow_requantize = allow_requantize
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        llama_log.SINK.take_recent()
+        rc = _run_with_spinner(
+            lambda: llama_cpp.llama_model_quantize(str(src).encode(), tmp.encode(), ctypes.byref(params)),
+            f"quantize {src.name} -> {qtype}", progress)
+        if rc != 0:
+            why = llama_log.SINK.take_recent() or "llama.cpp gave no reason"
+            raise InvalidModelFile(f"{src}: llama.cpp could not quantize to {qtype} (rc={rc}: {why})")
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    log.info("quantized %s (%s bytes) -> %s (%s bytes, %s)",
+             src, f"{src.stat().st_size:,}", dst, f"{dst.stat().st_size:,}", qtype)
+    return dst
+
+
+def _run_with_spinner(fn, desc: str, enabled: bool):
+    """Run ``fn`` in a worker thread while a tqdm bar shows elapsed time; return its result."""
+    from tqdm import tqdm
+
+    out: dict = {}
+
+    def work() -> None:
+        try:
+            out["rc"] = fn()
+        except BaseException as e:  # re-raised in the caller's thread
+            out["err"] = e
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    with tqdm(desc=desc, total=None, bar_format="{desc}: {elapsed}", disable=not enabled, leave=False) as bar:
+        while t.is_alive():
+            t.join(0.2)
+            bar.refresh()
+    if "err" in out:
+        raise out["err"]
+    return out["rc"]

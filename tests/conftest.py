@@ -1,0 +1,39 @@
+"""Shared fixtures.  Real models come from the omnidraft cache (`make test` pulls them first)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from omnidraft import models
+from omnidraft.engine import Engine, EngineConfig
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_llama():
+    logging.getLogger("omnidraft.llama_cpp").setLevel(logging.ERROR)
+
+
+@pytest.fixture(scope="session")
+def vocab_engine():
+    """Vocab-only engines by short name, loaded once per session."""
+    cache: dict[str, Engine] = {}
+
+    def get(name: str) -> Engine:
+        if name not in cache:
+            cache[name] = Engine(models.vocab_path(name), EngineConfig(vocab_only=True))
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def default_session(tmp_path_factory):
+    """The real default pair (SmolLM2-135M -> Qwen2.5-Coder-0.5B), 2 threads, private state dir."""
+    from omnidraft.session import Session, Settings
+
+    s = Session(Settings(threads=2, n_ctx=2048, draft_n_ctx=2048,
+                         state_dir=str(tmp_path_factory.mktemp("state"))))
+    yield s
+    s.close()

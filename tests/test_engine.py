@@ -1,0 +1,88 @@
+"""The llama.cpp engine on the real default models (and bad files)."""
+
+import numpy as np
+import pytest
+
+from omnidraft import models
+from omnidraft.engine import Engine, EngineConfig
+from omnidraft.errors import ContextOverflow, InvalidModelFile
+from omnidraft.invariance import probe
+
+
+@pytest.fixture(scope="module")
+def target():
+    e = Engine(models.resolve("qwen2.5-coder-0.5b"), EngineConfig(n_ctx=512, n_threads=2))
+    yield e
+    e.close()
+
+
+def test_tokenize_detokenize_and_byte_table(target):
+    text = "def f(x):\n    return x  # 日本 🙂"
+    ids = target.tokenize(text)
+    assert target.detokenize(ids) == text.encode()
+    assert target.n_vocab == 151936 and len(target.token_bytes) == target.n_vocab
+    assert target.token_bytes[target.tokenize(" the")[0]] == b" the"
+    assert target.is_special[target.eos_id] and target.eos_id in target.eog_ids
+    assert target.special_text(target.eos_id) == b"<|im_end|>"
+    assert "im_start" in target.chat_template
+    # control-token text is only parsed when asked
+    assert len(target.tokenize("<|im_start|>", special=True)) == 1
+    assert len(target.tokenize("<|im_start|>", special=False)) > 1
+
+
+def test_kv_rollback_then_redecode_reproduces_fresh_logits(target):
+    ids = target.tokenize("The capital of France is Paris. The capital of Italy is")
+    target.reset()
+    target.decode(ids[:-3], "none")
+    fresh = target.decode(ids[-3:], "all").copy()
+    target.decode(target.tokenize(" Rome, and the capital of Spain"), "none")
+    target.rollback(len(ids) - 3)
+    assert target.n_past == len(ids) - 3
+    again = target.decode(ids[-3:], "all").copy()
+    assert np.array_equal(again, fresh)  # bit for bit: stale cells leave no trace
+
+
+def test_logit_rows_only_where_asked(target):
+    ids = target.tokenize("one two three four")
+    target.reset()
+    rows = target.decode(ids, [0, 2])
+    assert rows.shape == (2, target.n_vocab)
+    target.reset()
+    assert target.decode(ids, "none").shape == (0, target.n_vocab)
+
+
+def test_small_verification_batches_are_bit_identical(target):
+    # the property exact speculative decoding rests on (llama.cpp built with GGML_LLAMAFILE=OFF)
+    assert probe(target, max_n=4) == 4
+
+
+def test_context_overflow_is_a_clear_error(target):
+    target.reset()
+    with pytest.raises(ContextOverflow):
+        target.decode([100] * 600, "none")
+    assert target.n_past == 0  # nothing half-done
+
+
+@pytest.mark.parametrize("content", [b"", b"hello world, not a model", b"GGUF\x03\x00\x00\x00" + b"\x00" * 64,
+                                     b"GGUF\x63\x00\x00\x00" + b"\x00" * 64])
+def test_bad_files_raise_invalid_model_file(tmp_path, content):
+    p = tmp_path / "bad.gguf"
+    p.write_bytes(content)
+    with pytest.raises(InvalidModelFile):
+        Engine(p)
+
+
+def test_truncated_real_model_is_refused(tmp_path):
+    src = models.resolve("smollm2-135m")
+    p = tmp_path / "cut.gguf"
+    with open(src, "rb") as f:
+        p.write_bytes(f.read(src.stat().st_size // 2))
+    with pytest.raises(InvalidModelFile, match="could not load"):
+        Engine(p)
+
+
+def test_missing_file_and_unknown_name(tmp_path):
+    with pytest.raises(InvalidModelFile, match="no such file"):
+        Engine(tmp_path / "nope.gguf")
+    with pytest.raises(models.ModelNotFound):
+        models.resolve("no-such-model")

@@ -1,0 +1,67 @@
+"""End to end on the real default pair: every method's output equals the target alone.
+
+Greedy: token for token.  Seeded sampling: the same text for the same seed.  The
+reference is written independently of the speculative loop (one token per pass).
+"""
+
+import pytest
+
+from omnidraft.generator import GenerationParams, reference_target_tokens
+
+from tests.lossless_prompts import PROMPTS
+
+METHODS = ["omnidraft", "slem", "tli", "prompt-lookup"]
+MAX_TOKENS = 24
+
+
+def _prompt(gen, text, chat):
+    return gen.prompt_from_messages([{"role": "user", "content": text}]) if chat else gen.prompt_from_text(text)
+
+
+@pytest.fixture(scope="module")
+def references(default_session):
+    gen = default_session.generator("target")
+    return {i: reference_target_tokens(default_session.target, _prompt(gen, p, chat),
+                                       GenerationParams(max_tokens=MAX_TOKENS))
+            for i, (_, p, chat) in enumerate(PROMPTS)}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_output_equals_target_alone(default_session, references, method):
+    gen = default_session.generator(method)
+    gen.policy.cfg.name = "fixed"  # always speculate: exercise verification, not the cost model
+    mismatches, proposed = [], 0
+    for i, (kind, p, chat) in enumerate(PROMPTS):
+        final = gen.generate(_prompt(gen, p, chat), GenerationParams(max_tokens=MAX_TOKENS))
+        proposed += final.stats.proposed
+        if final.token_ids != references[i]:
+            mismatches.append((kind, p[:30]))
+    assert not mismatches, f"{method}: {len(mismatches)} prompts differ from the target alone: {mismatches}"
+    assert proposed > 0  # the drafter really proposed
+
+
+@pytest.mark.parametrize("method", ["omnidraft", "slem"])
+def test_seeded_sampling_equals_target_alone(default_session, method):
+    gen = default_session.generator(method)
+    gen.policy.cfg.name = "fixed"
+    for i, (_, p, chat) in enumerate(PROMPTS[::5]):
+        params = GenerationParams(max_tokens=MAX_TOKENS, temperature=0.8, top_p=0.95, top_k=40, seed=1234 + i)
+        ref = reference_target_tokens(default_session.target, _prompt(gen, p, chat), params)
+        final = gen.generate(_prompt(gen, p, chat), params)
+        assert final.token_ids == ref, p[:40]
+
+
+def test_different_seeds_give_different_samples(default_session):
+    gen = default_session.generator("target")
+    pin = _prompt(gen, "Once upon a time", False)
+    outs = {tuple(gen.generate(pin, GenerationParams(max_tokens=16, temperature=1.0, seed=s)).token_ids)
+            for s in range(4)}
+    assert len(outs) > 1
+
+
+def test_target_method_matches_reference_and_counts_passes(default_session, references):
+    gen = default_session.generator("target")
+    final = gen.generate(_prompt(gen, PROMPTS[0][1], False), GenerationParams(max_tokens=MAX_TOKENS))
+    assert final.token_ids == references[0]
+    assert final.stats.target_passes == len(final.token_ids) or final.finish_reason == "stop"
+    assert final.stats.tau == pytest.approx(1.0, abs=0.05)

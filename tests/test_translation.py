@@ -1,0 +1,89 @@
+"""Translation between real vocabularies never changes the text (property tests).
+
+Vocab-only GGUFs from the llama-cpp-python sdist: llama-spm (SentencePiece with byte
+fallback and a space prefix), gpt-2 (byte-level BPE), qwen2 (byte-level BPE, 152k).
+"""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from omnidraft.codec import Codec, utf8_complete_prefix
+from omnidraft.ngram_cache import NGramCache
+from omnidraft.translator import DirectTranslator, OmniTranslator, Proposal, TextTranslator
+from omnidraft.vocab_bridge import UNMAPPED, build_bridge
+
+PAIRS = [("gpt-2", "qwen2"), ("llama-spm", "qwen2"), ("qwen2", "llama-spm")]
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
+HSET = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module", params=PAIRS, ids=lambda p: f"{p[0]}->{p[1]}")
+def pair(request, vocab_engine):
+    d, t = vocab_engine(request.param[0]), vocab_engine(request.param[1])
+    bridge = build_bridge(d, t)
+    dc, tc = Codec(d), Codec(t)
+    cache = NGramCache(bridge.draft_fp, bridge.target_fp)
+    return bridge, dc, tc, OmniTranslator(bridge, cache, dc, tc)
+
+
+@pytest.mark.parametrize("name", ["llama-spm", "gpt-2", "qwen2", "llama-bpe"])
+@given(text=TEXT)
+@HSET
+def test_codec_round_trips_any_unicode(vocab_engine, name, text):
+    c = Codec(vocab_engine(name))
+    data = text.encode()
+    assert c.decode(c.encode(data)) == data
+
+
+@given(text=TEXT, cut=st.integers(min_value=0, max_value=240))
+@HSET
+def test_codec_round_trips_bytes_cut_inside_characters(vocab_engine, text, cut):
+    for name in ("llama-spm", "qwen2"):
+        c = Codec(vocab_engine(name))
+        data = text.encode()[: cut]  # may end inside a character
+        assert c.decode(c.encode(data)) == data
+        assert data[: utf8_complete_prefix(data)].decode("utf-8") is not None
+
+
+@given(text=TEXT)
+@HSET
+def test_omnidraft_and_slem_translation_preserve_text(pair, text):
+    bridge, dc, tc, omni = pair
+    data = text.encode()
+    draft_ids = dc.encode(data)
+    prop = Proposal(draft_ids, [0.5] * len(draft_ids))
+    # teach the cache the target's spelling of this very text, then translate again
+    omni.learn(prop, tc.encode(data))
+    for tr in (omni, TextTranslator(bridge, dc, tc)):
+        cands = tr.translate(prop)
+        assert tc.decode(cands.ids) == data
+        assert not any(tc.engine.is_special[t] for t in cands.ids)
+
+
+@given(text=TEXT)
+@HSET
+def test_tli_translation_is_a_prefix_of_the_text(pair, text):
+    bridge, dc, tc, _ = pair
+    draft_ids = dc.encode(text.encode())
+    cands = DirectTranslator(bridge).translate(Proposal(draft_ids, [1.0] * len(draft_ids)))
+    assert text.encode().startswith(tc.decode(cands.ids))
+
+
+def test_ngram_cache_merges_multi_token_words(pair):
+    bridge, dc, tc, omni = pair
+    word = " internationalization".encode()
+    t_ids, d_ids = tc.encode(word), dc.encode(word)
+    omni.learn(Proposal(d_ids, [1.0] * len(d_ids)), t_ids)
+    cands = omni.translate(Proposal(d_ids, [1.0] * len(d_ids)))
+    assert cands.ids == t_ids or tc.decode(cands.ids) == word
+    if len(t_ids) < len(d_ids):
+        assert "ngram" in cands.kinds
+
+
+def test_bridge_maps_identical_bytes_only(pair):
+    bridge, dc, tc, _ = pair
+    mapped = (bridge.d2t != UNMAPPED).nonzero()[0]
+    assert len(mapped) > 1000
+    for d in mapped[:: max(1, len(mapped) // 500)]:
+        assert dc.token_bytes[d] == tc.token_bytes[bridge.d2t[d]]
