@@ -57,6 +57,9 @@ class Session:
                              EngineConfig(n_ctx=settings.n_ctx, n_threads=settings.threads))
         self.draft: Engine | None = None
         self.pair: PairContext | None = None
+        self.drafter_version = "base"  # "base" = the drafter named in settings
+        self.registry = None  # anything with current() -> (version, path) | None: see maybe_swap()
+        self._bad_versions: set[str] = set()
         self.max_verify_batch = max_invariant_batch(self.target, self.state_dir / "invariance.json")
         self._policies: dict[str, DraftPolicy] = {}
         self.cost_model: CostModel | None = None
@@ -77,6 +80,26 @@ class Session:
         self.draft, self.pair = draft, PairContext(draft, self.target, bridge, cache)
         if old is not None:
             old.close()
+
+    def maybe_swap(self) -> bool:
+        """Between requests: load the registry's current drafter version if it changed.
+
+        A failed load keeps the drafter in use (logged), so a bad publish never fails a request."""
+        if self.registry is None:
+            return False
+        cur = self.registry.current()
+        if cur is None or cur[0] == self.drafter_version or cur[0] in self._bad_versions:
+            return False
+        version, path = cur
+        try:
+            self.load_drafter(str(path))
+        except Exception as e:  # noqa: BLE001 - any failure to load must leave the old drafter serving
+            log.error("drafter %s not swapped in, keeping %s: %s", version, self.drafter_version, e)
+            self._bad_versions.add(version)  # not retried on every request
+            return False
+        log.info("drafter swapped: %s -> %s", self.drafter_version, version)
+        self.drafter_version = version
+        return True
 
     def cache_path(self, draft_fp: str, target_fp: str) -> Path:
         return self.state_dir / cache_filename(draft_fp, target_fp)
