@@ -35,6 +35,6 @@ if ! "$VENV/bin/python" -c "$LLAMA_OK" 2>/dev/null; then
 fi
 # Ask for torch by exact version first: a bare `torch` would pull a multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q torch==2.13.0
-"$VENV/bin/python" -m pip install -q -c scripts/constraints.txt -e ".[train,test]"
+"$VENV/bin/python" -m pip install -q -c scripts/constraints.txt -e ".[train,test,bench]"
 echo "$WANT" > "$STAMP"
 echo "[setup] done"

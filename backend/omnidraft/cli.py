@@ -162,8 +162,12 @@ def _add_extra_commands(sub) -> None:
             mod = importlib.import_module(modname)
         except ModuleNotFoundError as e:
             if e.name and modname.startswith(e.name):
-                continue
-            raise
+                continue  # that part is not installed
+            log.warning("'%s' commands unavailable: %s", modname.split(".")[1], e)
+            continue
+        except Exception as e:  # noqa: BLE001 - one broken part must not take the whole CLI down
+            log.warning("'%s' commands unavailable: %s", modname.split(".")[1], e)
+            continue
         mod.register(sub)
 
 

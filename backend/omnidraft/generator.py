@@ -62,6 +62,7 @@ class StepRecord:
 
     proposed: int
     accepted: int
+    drafted: int  # drafter tokens produced (can differ from proposed candidates across vocabularies)
     ngram_proposed: int
     ngram_accepted: int
     new_tokens: list[int]
@@ -238,7 +239,7 @@ class Generator:
         self.policy.observe(len(cands), n_acc, v_s, d_s, drafted)
         ng = [k == NGRAM for k in cands.kinds]
         topk = [_topk(logits[i], params.record_topk) for i in range(n_acc + 1)] if params.record_topk else []
-        rec = StepRecord(len(cands), n_acc, sum(ng), sum(ng[:n_acc]), new, d_s, tr_s, v_s,
+        rec = StepRecord(len(cands), n_acc, drafted, sum(ng), sum(ng[:n_acc]), new, d_s, tr_s, v_s,
                          time.perf_counter() - s0, topk)
         return rec, new, False
 

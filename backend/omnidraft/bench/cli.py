@@ -1,0 +1,192 @@
+"""``omnidraft bench``: side-by-side speed of every method, the cost model, and the ceiling.
+
+    omnidraft bench run --preset small        # the BENCHMARKS.md slice (< 15 min on 2 cores)
+    omnidraft bench run --preset full         # both Qwen targets, all sets, k = 1..6, sampled too
+    omnidraft bench costmodel                 # T_verify(n), T_draft; quantization and thread sweep
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+METHODS_DEFAULT = "target,prompt-lookup,tli,slem,omnidraft"
+PRESETS = {
+    # small: the slice that reproduces BENCHMARKS.md in under 15 minutes on a 2-core machine
+    "small": dict(targets="qwen2.5-coder-0.5b", sets="humaneval,stdlib-code", n=3, max_tokens=40,
+                  ks="1,2,4,6", methods=METHODS_DEFAULT, adaptive=True, sampled=False, same_vocab=None),
+    "full": dict(targets="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b", sets="humaneval,stdlib-code,docs", n=20,
+                 max_tokens=128, ks="1,2,3,4,5,6", methods=METHODS_DEFAULT + ",same-vocab", adaptive=True,
+                 sampled=True, same_vocab="qwen2.5-coder-0.5b"),
+}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks: every method side by side, the cost model, the ceiling",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bs = p.add_subparsers(dest="bench_cmd", required=True, metavar="WHAT")
+
+    r = bs.add_parser("run", help="run methods side by side on prompt sets and write results/ + plots",
+                      description="Interleaves configurations per prompt (A B A B) in one process; speedups are "
+                                  "against the target alone measured in the same run.")
+    r.add_argument("--preset", choices=sorted(PRESETS), default="small",
+                   help="small: the BENCHMARKS.md slice; full: everything (hours on 2 cores)")
+    for name, kind, helptext in (
+            ("targets", str, "comma-separated target models"), ("draft", str, "drafter model"),
+            ("sets", str, "comma-separated prompt sets: humaneval, stdlib-code, docs"),
+            ("n", int, "prompts per set (held-out split)"), ("max_tokens", int, "tokens generated per prompt"),
+            ("ks", str, "comma-separated fixed draft lengths"), ("methods", str, "comma-separated methods")):
+        r.add_argument("--" + name.replace("_", "-"), type=kind, default=None, dest=name,
+                       help=f"{helptext} (default: from the preset)")
+    r.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
+    r.add_argument("--out", default="results", help="directory for JSON, markdown and PNG outputs")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.set_defaults(func=_cmd_run)
+
+    c = bs.add_parser("costmodel", help="measure T_verify(n), T_draft; sweep quantization and threads",
+                      description="Times target passes of n = 1..8 tokens and one drafter token, for each "
+                                  "quantization (re-quantized from the shipped file with `omnidraft gguf "
+                                  "quantize`) and thread count, and prints the speedup ceiling at 100 % acceptance.")
+    c.add_argument("--target", default="qwen2.5-coder-0.5b", help="target model")
+    c.add_argument("--draft", default="smollm2-135m", help="drafter model")
+    c.add_argument("--quants", default="q4_k_m,q4_0,q8_0", help="target quantizations to sweep")
+    c.add_argument("--threads-list", default="1,2", help="thread counts to sweep")
+    c.add_argument("--max-n", type=int, default=8, help="largest verification batch to time")
+    c.add_argument("--out", default="results", help="directory for the JSON and markdown")
+    c.set_defaults(func=_cmd_costmodel)
+
+
+def _csv(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def _cmd_run(args) -> int:
+    from ..generator import GenerationParams
+    from ..session import Session, Settings
+    from . import prompts, report, runner
+
+    preset = dict(PRESETS[args.preset])
+    for key in ("targets", "sets", "n", "max_tokens", "ks", "methods"):
+        if getattr(args, key) is not None:
+            preset[key] = getattr(args, key)
+    draft = args.draft or "smollm2-135m"
+    methods = _csv(preset["methods"])
+    ks = [int(k) for k in _csv(preset["ks"])]
+    tag = runner.now_tag()
+    out_dir = Path(args.out)
+    data = {"command": "omnidraft bench run " + " ".join(_argv_of(args)), "preset": args.preset,
+            "settings": preset, "draft": draft, "machine": report.machine(), "runs": []}
+    md = [f"# Benchmark {tag}", "", f"Command: `{data['command']}`", "", f"Machine: {data['machine']}", ""]
+    for target in _csv(preset["targets"]):
+        session = Session(Settings(target=target, draft=draft, threads=args.threads, n_ctx=4096,
+                                   draft_n_ctx=4096, method="omnidraft"))
+        same = preset.get("same_vocab") if "same-vocab" in methods and target != preset.get("same_vocab") else None
+        ctx = runner.BenchContext(session, same)
+        cost = session.measure_costs()
+        md += [f"## Target {target}, drafter {draft}", "", "### Cost model", "", report.cost_table(cost.as_dict()),
+               ""]
+        configs = _configs(methods, ks, preset["adaptive"], same is not None)
+        modes = [("greedy", GenerationParams(max_tokens=preset["max_tokens"]))]
+        if preset["sampled"]:
+            modes.append(("sampled", GenerationParams(max_tokens=preset["max_tokens"], temperature=0.7,
+                                                      top_p=0.95, seed=1234)))
+        for set_name in _csv(preset["sets"]):
+            pset = prompts.load(set_name)
+            items = pset.split("heldout")[: int(preset["n"])]
+            for mode, params in modes:
+                log.info("target %s, set %s (%d prompts), %s, %d configs", target, set_name, len(items), mode,
+                         len(configs))
+                res = runner.run(ctx, configs, items, params, cost, progress=not args.no_progress)
+                run = {"target": target, "set": pset.describe(), "mode": mode, "cost_model": cost.as_dict(),
+                       "max_verify_batch": session.max_verify_batch, "results": res,
+                       "ceiling": _ceiling(cost, ks), "ngram_cache": session.pair.cache.stats(),
+                       "peak_rss_mb": runner.peak_rss_mb()}
+                data["runs"].append(run)
+                prefix = out_dir / f"{tag}-{target}-{set_name}-{mode}"
+                pngs = report.plots(res, prefix)
+                md += [f"### {set_name} ({len(items)} held-out prompts, {params.max_tokens} tokens, {mode})", "",
+                       report.results_table(res), "",
+                       "Ceiling at 100 % acceptance: " + ", ".join(f"k={k}: {v:.2f}x" for k, v in run["ceiling"].items()),
+                       ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
+                print(report.results_table(res), flush=True)
+        ctx.close()
+        session.close()
+    report.write_json(out_dir / f"{tag}.json", data)
+    (out_dir / f"{tag}.md").write_text("\n".join(md))
+    print(f"\nwrote {out_dir / (tag + '.json')} and {out_dir / (tag + '.md')}")
+    return 0
+
+
+def _configs(methods: list[str], ks: list[int], adaptive: bool, same_vocab: bool):
+    from .runner import Config
+
+    out = []
+    for m in methods:
+        if m == "target":
+            out.append(Config("target"))
+            continue
+        if m == "same-vocab" and not same_vocab:
+            continue
+        out += [Config(m, k, "fixed") for k in ks]
+        if adaptive:
+            out.append(Config(m, max(ks), "cost"))
+    if not any(c.method == "target" for c in out):
+        out.insert(0, Config("target"))
+    return out
+
+
+def _ceiling(cost, ks: list[int]) -> dict[int, float]:
+    return {k: cost.predicted_speedup(k, 1.0) for k in ks}
+
+
+def _argv_of(args) -> list[str]:
+    import sys
+
+    return sys.argv[sys.argv.index("run") + 1:] if "run" in sys.argv else []
+
+
+def _cmd_costmodel(args) -> int:
+    from .. import models
+    from ..costmodel import time_passes
+    from ..engine import Engine, EngineConfig
+    from . import report, runner
+
+    from gguf_tools.quantize import quantize
+
+    target_path = models.resolve(args.target)
+    draft_path = models.resolve(args.draft)
+    work = models.cache_dir() / "quant-sweep"
+    work.mkdir(parents=True, exist_ok=True)
+    rows, data = [], {"machine": report.machine(), "target": args.target, "draft": args.draft, "sweep": []}
+    for q in _csv(args.quants):
+        path = target_path if q == "q4_k_m" else work / f"{target_path.stem}-{q}.gguf"
+        if not path.exists():
+            log.info("quantizing %s -> %s", target_path.name, q)
+            quantize(target_path, path, q)
+        for th in (int(t) for t in _csv(args.threads_list)):
+            with Engine(path, EngineConfig(n_ctx=1024, n_threads=th)) as t, \
+                    Engine(draft_path, EngineConfig(n_ctx=1024, n_threads=th, batch_invariant=False)) as d:
+                tv = time_passes(t, range(1, args.max_n + 1))
+                td = time_passes(d, range(1, 2))[1]
+            from ..costmodel import CostModel
+
+            cm = CostModel(tv, td)
+            entry = {"quant": q, "threads": th, "cost_model": cm.as_dict(),
+                     "ceiling": {k: cm.predicted_speedup(k, 1.0) for k in range(1, args.max_n)},
+                     "at_acceptance": {a: {k: cm.predicted_speedup(k, a) for k in range(1, args.max_n)}
+                                       for a in (0.3, 0.5, 0.7, 0.9)}}
+            data["sweep"].append(entry)
+            best = max(entry["at_acceptance"][0.5].items(), key=lambda kv: kv[1])
+            rows.append(f"| {q} | {th} | {tv[1] * 1e3:.1f} | {tv[4] * 1e3:.1f} ({tv[4] / tv[1]:.2f}x) | "
+                        f"{tv[8] * 1e3 if 8 in tv else float('nan'):.1f} | {td * 1e3:.1f} | "
+                        f"{max(entry['ceiling'].values()):.2f}x | k={best[0]}: {best[1]:.2f}x |")
+    table = ("| quant | threads | T_decode(1) ms | T_verify(4) ms | T_verify(8) ms | T_draft ms | ceiling (100 %) "
+             "| best at 50 % acceptance |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+    print(table)
+    tag = runner.now_tag()
+    report.write_json(Path(args.out) / f"costmodel-{tag}.json", data)
+    (Path(args.out) / f"costmodel-{tag}.md").write_text(table + "\n")
+    return 0

@@ -1,0 +1,119 @@
+"""Benchmark outputs: JSON with every raw figure, a markdown table, PNG plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+
+def machine() -> dict:
+    import llama_cpp
+
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(), "system": platform.system(),
+            "python": platform.python_version(), "llama_cpp_python": llama_cpp.__version__,
+            "llamafile_kernels": _has_llamafile()}
+
+
+def _has_llamafile() -> bool | None:
+    import ctypes
+    import glob
+
+    import llama_cpp
+
+    libs = glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so"))
+    return bool(ctypes.CDLL(libs[0]).ggml_cpu_has_llamafile()) if libs else None
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=float))
+    tmp.replace(path)
+
+
+def results_table(results: dict[str, dict]) -> str:
+    head = ("| config | accept | tau (tok/pass) | tok/s | speedup | predicted | meas/pred | n-gram hits/step "
+            "| draft / verify / translate / python | same output |")
+    lines = [head, "|" + "---|" * 10]
+    for label, r in results.items():
+        share = r["share"]
+        lines.append(
+            f"| {label} | {r['acceptance_rate']:.1%} | {r['tau']:.2f} | {r['tokens_per_s']:.1f} | "
+            f"{r.get('speedup', 1.0):.2f}x | {r.get('predicted_speedup', 1.0):.2f}x | "
+            f"{r.get('measured_over_predicted', 1.0):.2f} | {r['ngram_hits_per_step']:.2f} | "
+            f"{share['draft']:.0%} / {share['verify']:.0%} / {share['translate']:.0%} / {share['python']:.0%} | "
+            f"{'yes' if r.get('same_output_as_target', True) else 'NO'} |")
+    return "\n".join(lines)
+
+
+def cost_table(cost: dict) -> str:
+    tv = cost["t_verify"]
+    ns = sorted(int(n) for n in tv)
+    lines = ["| n tokens per target pass | " + " | ".join(str(n) for n in ns) + " |",
+             "|---|" + "---|" * len(ns),
+             "| T_verify(n) ms | " + " | ".join(f"{tv[n] * 1e3:.1f}" for n in ns) + " |",
+             "| T_verify(n) / T_decode(1) | " + " | ".join(f"{tv[n] / tv[1]:.2f}" for n in ns) + " |"]
+    return "\n".join(lines) + f"\n\nT_draft (one drafter token): {cost['t_draft'] * 1e3:.1f} ms"
+
+
+def plots(results: dict[str, dict], out_prefix: Path) -> list[Path]:
+    """speedup and tau vs draft length per method; time breakdown per config."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    out_prefix.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    methods = sorted({r["method"] for r in results.values() if r["method"] != "target"})
+    for m in methods:
+        pts = sorted((r["k"], r) for r in results.values() if r["method"] == m and r["policy"] == "fixed")
+        if pts:
+            axes[0].plot([k for k, _ in pts], [r.get("speedup", 1) for _, r in pts], marker="o", label=m)
+            axes[1].plot([k for k, _ in pts], [r["tau"] for _, r in pts], marker="o", label=m)
+        ad = [r for r in results.values() if r["method"] == m and r["policy"] == "cost"]
+        if ad:
+            axes[0].axhline(ad[0].get("speedup", 1), ls=":", lw=1, color=axes[0].lines[-1].get_color()
+                            if axes[0].lines else None)
+    axes[0].axhline(1.0, color="grey", lw=1)
+    axes[0].set(xlabel="draft length k", ylabel="speedup over target alone", title="Wall-clock speedup "
+                "(dotted: adaptive)")
+    axes[1].set(xlabel="draft length k", ylabel="tokens per target pass", title="Tokens per target pass (tau)")
+    for ax in axes:
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    p = out_prefix.with_name(out_prefix.name + "-speedup.png")
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    written.append(p)
+
+    labels = list(results)
+    parts = ("draft", "translate", "verify", "python")
+    fig, ax = plt.subplots(figsize=(11, 0.32 * len(labels) + 1.5))
+    left = [0.0] * len(labels)
+    for part in parts:
+        vals = [results[lb]["share"][part] for lb in labels]
+        ax.barh(labels, vals, left=left, label=part)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.set(xlabel="share of generation time", title="Where the time goes")
+    ax.legend(ncol=4, fontsize=8)
+    fig.tight_layout()
+    p = out_prefix.with_name(out_prefix.name + "-time.png")
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    written.append(p)
+    return written

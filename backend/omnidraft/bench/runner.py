@@ -1,0 +1,160 @@
+"""Side-by-side runs of speculative configurations on the same prompts, in one process.
+
+Configurations are interleaved per prompt (A B C, then B C A, ...) so that machine
+drift (thermal, other load) hits all of them alike, and every speedup is measured
+against the `target` configuration of the same run.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from dataclasses import asdict, dataclass, field
+
+from tqdm import tqdm
+
+from .. import models
+from ..costmodel import CostModel
+from ..engine import Engine, EngineConfig
+from ..generator import Final, GenerationParams, Generator
+from ..methods import PairContext, make_drafter
+from ..ngram_cache import NGramCache
+from ..policy import PolicyConfig
+from ..session import Session
+from ..vocab_bridge import build_bridge
+from .prompts import Item
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Config:
+    method: str
+    k: int = 0
+    policy: str = "fixed"  # fixed | threshold | cost ("adaptive")
+
+    @property
+    def label(self) -> str:
+        if self.method in ("target",):
+            return "target"
+        return f"{self.method} {'adaptive' if self.policy == 'cost' else f'k={self.k}'}"
+
+
+@dataclass
+class Tally:
+    prompts: int = 0
+    tokens: int = 0
+    gen_s: float = 0.0
+    steps: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    drafted: int = 0
+    ngram_accepted: int = 0
+    draft_s: float = 0.0
+    translate_s: float = 0.0
+    verify_s: float = 0.0
+    predicted_s: float = 0.0  # from the cost model and this run's per-step batch sizes
+    batch_hist: dict[int, int] = field(default_factory=dict)
+    outputs: list[list[int]] = field(default_factory=list)
+
+    def add(self, final: Final, cost: CostModel) -> None:
+        st = final.stats
+        self.prompts += 1
+        self.tokens += st.completion_tokens
+        self.gen_s += st.total_s - st.prefill_s
+        self.steps += st.target_passes
+        self.proposed += st.proposed
+        self.accepted += st.accepted
+        self.ngram_accepted += st.ngram_accepted
+        self.draft_s += st.draft_s
+        self.translate_s += st.translate_s
+        self.verify_s += st.verify_s
+        for s in final.steps:
+            n = s.proposed + 1
+            self.batch_hist[n] = self.batch_hist.get(n, 0) + 1
+            self.drafted += s.drafted
+            self.predicted_s += cost.t_verify.get(n, max(cost.t_verify.values())) + s.drafted * cost.t_draft
+        self.outputs.append(final.token_ids)
+
+    def summary(self, baseline: "Tally | None", cost: CostModel) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k != "outputs"}
+        other = max(0.0, self.gen_s - self.draft_s - self.translate_s - self.verify_s)
+        d.update(
+            acceptance_rate=self.accepted / self.proposed if self.proposed else 0.0,
+            tau=self.tokens / self.steps if self.steps else 0.0,
+            tokens_per_s=self.tokens / self.gen_s if self.gen_s else 0.0,
+            ngram_hits_per_step=self.ngram_accepted / self.steps if self.steps else 0.0,
+            share={k: (v / self.gen_s if self.gen_s else 0.0) for k, v in
+                   (("draft", self.draft_s), ("translate", self.translate_s), ("verify", self.verify_s),
+                    ("python", other))},
+        )
+        if baseline is not None and baseline.gen_s and self.gen_s:
+            d["speedup"] = (self.tokens / self.gen_s) / (baseline.tokens / baseline.gen_s)
+            base_pred = baseline.tokens * cost.t_verify[1]
+            d["predicted_speedup"] = (self.tokens / self.predicted_s) / (baseline.tokens / base_pred) \
+                if self.predicted_s else 0.0
+            d["measured_over_predicted"] = d["speedup"] / d["predicted_speedup"] if d["predicted_speedup"] else 0.0
+            d["same_output_as_target"] = self.outputs == baseline.outputs
+        return d
+
+
+class BenchContext:
+    """A loaded target with the cross-vocabulary pair and, optionally, a same-vocabulary drafter."""
+
+    def __init__(self, session: Session, same_vocab_draft: str | None = None):
+        self.session = session
+        self.pair = session.pair
+        self.same_pair: PairContext | None = None
+        if same_vocab_draft:
+            s = session.settings
+            eng = Engine(models.resolve(same_vocab_draft),
+                         EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.threads, batch_invariant=False))
+            bridge = build_bridge(eng, session.target)
+            self.same_pair = PairContext(eng, session.target, bridge,
+                                         NGramCache(bridge.draft_fp, bridge.target_fp))
+
+    def generator(self, cfg: Config) -> Generator:
+        pair = self.same_pair if cfg.method == "same-vocab" else self.pair
+        drafter = make_drafter(cfg.method, pair)
+        policy = PolicyConfig(name=cfg.policy, k=max(cfg.k, 1) if cfg.method != "target" else 0)
+        gen = Generator(self.session.target, drafter, policy, cfg.method, self.session.max_verify_batch)
+        if cfg.policy == "cost" and cfg.method != "target":
+            cm = self.session.measure_costs()
+            t_draft = 0.0 if cfg.method == "prompt-lookup" else cm.t_draft
+            gen.policy.seed_costs(cm.t_verify, t_draft)
+        return gen
+
+    def close(self) -> None:
+        if self.same_pair is not None:
+            self.same_pair.draft.close()
+
+
+def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: GenerationParams,
+        cost: CostModel, progress: bool = True) -> dict[str, dict]:
+    """Every config on every item, interleaved; returns per-config summaries keyed by label."""
+    gens = {c.label: ctx.generator(c) for c in configs}
+    tallies = {c.label: Tally() for c in configs}
+    bar = tqdm(total=len(items) * len(configs), desc="bench", disable=not progress, leave=False)
+    for i, item in enumerate(items):
+        order = configs[i % len(configs):] + configs[: i % len(configs)]
+        for c in order:
+            gen = gens[c.label]
+            prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
+                else gen.prompt_from_text(item.prompt)
+            tallies[c.label].add(gen.generate(prompt, params), cost)
+            bar.update(1)
+    bar.close()
+    base = tallies.get("target")
+    out = {label: t.summary(base, cost) for label, t in tallies.items()}
+    for c in configs:
+        out[c.label].update(method=c.method, k=c.k, policy=c.policy)
+    return out
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def now_tag() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
