@@ -15,6 +15,7 @@ import numpy as np
 from .codec import Codec
 from .engine import Engine
 from .errors import ContextOverflow
+from .predictor import DraftFeatures
 from .translator import LOOKUP, Candidates, Proposal, Translator
 
 
@@ -58,8 +59,10 @@ class Drafter(Protocol):
     def begin(self, prompt: PromptInput) -> None:
         """Start a new request with this prompt."""
 
-    def draft(self, k: int, keep_going: Callable[[int, float], bool]) -> Candidates:
-        """Propose up to k target candidates; ``keep_going(depth, p_top1)`` may stop early."""
+    def draft(self, k: int, keep_going: Callable[[int, DraftFeatures], bool]) -> Candidates:
+        """Propose up to k target candidates; ``keep_going(depth, features)`` may stop early.
+
+        The candidates carry ``draft_features``: one DraftFeatures per drafted token."""
 
     def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
         """The target kept n_accepted candidates and appended new_target_ids (spelling new_bytes)."""
@@ -103,7 +106,7 @@ class ModelDrafter:
         ids = e.tokenize(prompt.text, add_bos=e.add_bos, special=True)
         return ids or [e.bos_id if e.bos_id >= 0 else 0]
 
-    def draft(self, k: int, keep_going: Callable[[int, float], bool]) -> Candidates:
+    def draft(self, k: int, keep_going: Callable[[int, DraftFeatures], bool]) -> Candidates:
         if self.disabled or k <= 0:
             return Candidates()
         self._sync()
@@ -111,18 +114,23 @@ class ModelDrafter:
         todo = self.ctx[len(self.engine.tokens):]
         ids: list[int] = []
         probs: list[float] = []
+        feats: list[DraftFeatures] = []
+        flags = getattr(self.translator, "token_flags", None)
         try:
             for depth in range(k):
                 row = self.engine.decode(todo, "last")[0]
                 if self._bias is not None:
                     row = row + self._bias
                 d = int(np.argmax(row))
-                p = _softmax_at(row, d)
                 if self.engine.is_special[d] and d not in self._eog:
                     break
+                f = DraftFeatures.from_row(row, d, depth)
                 ids.append(d)
-                probs.append(p)
-                if d in self._eog or not keep_going(depth, p):
+                probs.append(f.p_top1)
+                if flags is not None:
+                    f.ngram, f.direct = flags(ids)
+                feats.append(f)
+                if d in self._eog or not keep_going(depth, f):
                     break
                 todo = [d]
         except ContextOverflow:
@@ -130,6 +138,7 @@ class ModelDrafter:
         t1 = time.perf_counter()
         self.last = Proposal(ids, probs)
         cands = self.translator.translate(self.last)
+        cands.draft_features = feats
         t2 = time.perf_counter()
         c = self.counters
         c.drafts += 1
@@ -183,7 +192,7 @@ class PromptLookupDrafter:
     def begin(self, prompt: PromptInput) -> None:
         self.tokens = list(prompt.target_ids)
 
-    def draft(self, k: int, keep_going: Callable[[int, float], bool]) -> Candidates:
+    def draft(self, k: int, keep_going: Callable[[int, DraftFeatures], bool]) -> Candidates:
         t0 = time.perf_counter()
         found = prompt_lookup(self.tokens, k, self.max_ngram, self.min_ngram)
         c = Candidates()
@@ -211,11 +220,6 @@ def prompt_lookup(tokens: Sequence[int], k: int, max_ngram: int = 3, min_ngram: 
                 if follow:
                     return follow
     return []
-
-
-def _softmax_at(row: np.ndarray, idx: int) -> float:
-    m = float(row[idx])  # idx is the argmax
-    return float(1.0 / np.exp(row - m).sum())
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -237,6 +237,11 @@ class Generator:
         if self.drafter is not None:
             self.drafter.counters.record(len(cands), n_acc)
         self.policy.observe(len(cands), n_acc, v_s, d_s, drafted)
+        if cands.draft_features:
+            acc_d = min(cands.drafted_accepted(n_acc), len(cands.draft_features))
+            # all candidates kept: the drafter tokens after them (if any) were never judged
+            judged = cands.draft_features if n_acc < len(cands) else cands.draft_features[:acc_d]
+            self.policy.observe_draft(judged, acc_d)
         ng = [k == NGRAM for k in cands.kinds]
         topk = [_topk(logits[i], params.record_topk) for i in range(n_acc + 1)] if params.record_topk else []
         rec = StepRecord(len(cands), n_acc, drafted, sum(ng), sum(ng[:n_acc]), new, d_s, tr_s, v_s,

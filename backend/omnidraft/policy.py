@@ -2,35 +2,45 @@
 
 * ``fixed``     - always k (stopping early only at an end-of-generation token).
 * ``threshold`` - up to k, stopping when the drafter's top-1 probability falls below p_min.
-* ``cost``      - (default) the threshold rule, plus a draft length chosen each step to
-  maximise expected tokens per second from timings measured online (T_verify(n),
-  T_draft) and the acceptance observed per draft position.  When no length beats
-  the target alone it drafts nothing, probing now and then so that it notices
-  when speculation starts paying again: never slower than the target alone.
+* ``gamma``     - the paper's rule: stop when 1 - prod(P_i) > gamma, P_i from the online
+  acceptance predictor (predictor.py).
+* ``cost``      - (default) per drafted token, keep drafting while one more token raises the
+  expected tokens per second, from the predictor's P_i and the timings measured online
+  (T_verify(n), T_draft).  Before drafting, a draft length is chosen from the same cost
+  model and the acceptance observed per draft position; when no length beats the target
+  alone it drafts nothing, probing now and then (with back-off) so that it notices when
+  speculation starts paying again: never slower than the target alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-POLICIES = ("fixed", "threshold", "cost")
+from .predictor import AcceptancePredictor, DraftFeatures
+
+POLICIES = ("fixed", "threshold", "gamma", "cost")
 
 
 @dataclass
 class PolicyConfig:
-    name: str = field(default="cost", metadata={"help": "fixed | threshold | cost"})
+    name: str = field(default="cost", metadata={"help": "fixed | threshold | gamma | cost"})
     k: int = field(default=4, metadata={"help": "maximum draft length"})
     p_min: float = field(default=0.3, metadata={"help": "stop drafting below this drafter top-1 probability"})
     probe_every: int = field(default=16, metadata={"help": "cost policy: steps between probes when not drafting"})
+    gamma: float = field(default=0.6, metadata={"help": "gamma policy: stop when 1 - prod(P_i) exceeds this"})
 
 
 class DraftPolicy:
-    def __init__(self, cfg: PolicyConfig):
+    def __init__(self, cfg: PolicyConfig, predictor: AcceptancePredictor | None = None):
         if cfg.name not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, not {cfg.name!r}")
         if cfg.k < 0:
             raise ValueError("k must be >= 0")
         self.cfg = cfg
+        self.predictor = predictor or AcceptancePredictor()
+        self._reach = 1.0  # prod of predicted P_i over the tokens drafted so far in this step
+        self._expected = 1.0  # 1 + sum of reaches: expected target tokens of this step
+        self.lengths: dict[int, int] = {}  # drafted-token count per step -> steps
         n = cfg.k + 2
         self.t_verify = [0.0] * (n + 1)  # EMA seconds of a target pass of n tokens
         self.n_verify = [0] * (n + 1)
@@ -45,6 +55,7 @@ class DraftPolicy:
     # ------------------------------------------------------------- decisions
     def choose_k(self, limit: int) -> int:
         self.steps += 1
+        self._reach, self._expected = 1.0, 1.0
         k = min(self.cfg.k, limit)
         if self.cfg.name != "cost" or k <= 0 or not self._calibrated():
             return max(k, 0)
@@ -57,8 +68,25 @@ class DraftPolicy:
             best, self._last_probe, self._gap = 1, self.steps, min(self._gap * 2, 1024)
         return best
 
-    def keep_going(self, depth: int, p_top1: float) -> bool:
-        return self.cfg.name == "fixed" or p_top1 >= self.cfg.p_min
+    def keep_going(self, depth: int, f: DraftFeatures) -> bool:
+        """After drafting the token at ``depth`` (0-based): draft another one?"""
+        name = self.cfg.name
+        if name == "fixed":
+            return True
+        if name == "threshold":
+            return f.p_top1 >= self.cfg.p_min
+        p = self.predictor.predict(f)
+        self._reach *= p
+        self._expected += self._reach
+        if name == "gamma":
+            return 1.0 - self._reach <= self.cfg.gamma
+        # cost: is one more token (assumed as likely as this one) worth its draft and verify time?
+        n = depth + 1
+        if n + 2 >= len(self.t_verify) or not self.n_verify[n + 2] or not self.n_verify[n + 1]:
+            return f.p_top1 >= self.cfg.p_min  # no timing for a longer batch yet: confidence rule
+        now = self._expected / (self.t_verify[n + 1] + n * self.t_draft)
+        more = (self._expected + self._reach * p) / (self.t_verify[n + 2] + (n + 1) * self.t_draft)
+        return more > now
 
     def expected_speed(self, k: int) -> float:
         """Predicted target tokens per second at draft length k (0 = target alone)."""
@@ -95,6 +123,17 @@ class DraftPolicy:
             if not hit:
                 break
         self.chosen.append(proposed)
+
+    def observe_draft(self, feats: list[DraftFeatures], n_accepted_draft_tokens: int) -> None:
+        """Per drafted token outcomes, for the predictor (tokens after the first rejection are censored)."""
+        self.lengths[len(feats)] = self.lengths.get(len(feats), 0) + 1
+        if feats:
+            self.predictor.update(feats, n_accepted_draft_tokens)
+
+    def stats(self) -> dict:
+        return {"policy": self.cfg.name, "draft_lengths": dict(sorted(self.lengths.items())),
+                "calibration": self.predictor.calibration(),
+                "position_acceptance": [round(a, 3) for a in self.acc]}
 
     def seed_costs(self, t_verify: dict[int, float], t_draft: float) -> None:
         """Start from a measured cost model instead of learning it from scratch."""

@@ -15,6 +15,7 @@ from .invariance import max_invariant_batch
 from .methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make_drafter
 from .ngram_cache import NGramCache, cache_filename
 from .policy import DraftPolicy, PolicyConfig
+from .predictor import AcceptancePredictor
 from .vocab_bridge import build_bridge
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,9 @@ class Session:
             self._bad_versions.add(version)  # not retried on every request
             return False
         log.info("drafter swapped: %s -> %s", self.drafter_version, version)
+        self.save_state()
         self.drafter_version = version
+        self._policies.clear()  # timings stay valid, but acceptance must be learned for the new drafter
         return True
 
     def cache_path(self, draft_fp: str, target_fp: str) -> Path:
@@ -111,7 +114,8 @@ class Session:
         drafter = make_drafter(method, self.pair)
         policy = self._policies.get(method)
         if policy is None:
-            policy = self._policies[method] = DraftPolicy(self.settings.policy_config())
+            predictor = AcceptancePredictor.load(self.predictor_path(method)) if self.pair else None
+            policy = self._policies[method] = DraftPolicy(self.settings.policy_config(), predictor)
             if policy.cfg.name == "cost" and method != "target":
                 cm = self.measure_costs()
                 policy.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
@@ -126,10 +130,19 @@ class Session:
                      self.cost_model.t_draft * 1e3)
         return self.cost_model
 
+    def predictor_path(self, method: str) -> Path:
+        """The acceptance predictor lives with the drafter version it learned about."""
+        b = self.pair.bridge
+        return self.state_dir / f"predictor-{method}-{self.drafter_version}-{b.draft_fp}-{b.target_fp}.json"
+
     def save_state(self) -> None:
+        """Persist what was learned online: the n-gram cache and the acceptance predictors."""
         if self.pair is not None:
             b = self.pair.bridge
             self.pair.cache.save(self.cache_path(b.draft_fp, b.target_fp))
+            for method, policy in self._policies.items():
+                if method != "target" and policy.predictor.updates:
+                    policy.predictor.save(self.predictor_path(method))
 
     def close(self) -> None:
         for e in (self.draft, self.target):

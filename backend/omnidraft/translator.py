@@ -28,6 +28,7 @@ class Candidates:
     kinds: list[str] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)  # drafter token span [a, b)
     q: list[float] = field(default_factory=list)  # q' = prod of drafter probs over the span
+    draft_features: list = field(default_factory=list)  # DraftFeatures per drafted token (model drafters)
 
     def add(self, tid: int, kind: str, span: tuple[int, int], q: float) -> None:
         self.ids.append(int(tid))
@@ -39,7 +40,11 @@ class Candidates:
         return len(self.ids)
 
     def truncate(self, n: int) -> "Candidates":
-        return Candidates(self.ids[:n], self.kinds[:n], self.spans[:n], self.q[:n])
+        return Candidates(self.ids[:n], self.kinds[:n], self.spans[:n], self.q[:n], self.draft_features)
+
+    def drafted_accepted(self, n_accepted: int) -> int:
+        """Drafter tokens covered by the first n_accepted candidates."""
+        return self.spans[n_accepted - 1][1] if n_accepted > 0 else 0
 
 
 @dataclass
@@ -188,6 +193,11 @@ class OmniTranslator:
 
     def begin(self, target_ids: Sequence[int]) -> None:
         self.look.reset(target_ids)
+
+    def token_flags(self, draft_ids: Sequence[int]) -> tuple[bool, bool]:
+        """(completes a cached n-gram merge, maps directly) for the last drafted token."""
+        ngram = any(self.cache.get(draft_ids[-n:]) is not None for n in range(2, min(len(draft_ids), 4) + 1))
+        return ngram, bool(self.bridge.d2t[draft_ids[-1]] != UNMAPPED)
 
     def translate(self, proposal: Proposal) -> Candidates:
         ids, probs, eog = _split_eog(proposal, self.bridge)

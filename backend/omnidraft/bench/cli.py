@@ -58,6 +58,20 @@ def register(sub) -> None:
     c.add_argument("--out", default="results", help="directory for the JSON and markdown")
     c.set_defaults(func=_cmd_costmodel)
 
+    q = bs.add_parser("peer", help="compare tokens per target pass with transformers' universal assisted generation",
+                      description="Runs Hugging Face transformers' assisted generation (assistant_model + "
+                                  "assistant_tokenizer) on the same GGUF models (dequantized) and prompts as ours "
+                                  "(slem, omnidraft) at the same draft length. Compares tau, not wall time.")
+    q.add_argument("--target", default="qwen2.5-coder-0.5b", help="target model")
+    q.add_argument("--draft", default="smollm2-135m", help="drafter model")
+    q.add_argument("--set", default="humaneval", help="prompt set (held-out split)")
+    q.add_argument("--n", type=int, default=4, help="prompts")
+    q.add_argument("--max-tokens", type=int, default=32, help="tokens per prompt")
+    q.add_argument("-k", type=int, default=6, help="draft length for both sides")
+    q.add_argument("--threads", type=int, default=0, help="CPU threads for llama.cpp (0 = all cores)")
+    q.add_argument("--out", default="results", help="directory for the JSON and markdown")
+    q.set_defaults(func=_cmd_peer)
+
 
 def _csv(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
@@ -108,7 +122,7 @@ def _cmd_run(args) -> int:
                 prefix = out_dir / f"{tag}-{target}-{set_name}-{mode}"
                 pngs = report.plots(res, prefix)
                 md += [f"### {set_name} ({len(items)} held-out prompts, {params.max_tokens} tokens, {mode})", "",
-                       report.results_table(res), "",
+                       report.results_table(res), "", report.adaptive_notes(res), "",
                        "Ceiling at 100 % acceptance: " + ", ".join(f"k={k}: {v:.2f}x" for k, v in run["ceiling"].items()),
                        ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
                 print(report.results_table(res), flush=True)
@@ -133,6 +147,8 @@ def _configs(methods: list[str], ks: list[int], adaptive: bool, same_vocab: bool
         out += [Config(m, k, "fixed") for k in ks]
         if adaptive:
             out.append(Config(m, max(ks), "cost"))
+            if m == "omnidraft":
+                out.append(Config(m, max(ks), "gamma"))  # the paper's stopping rule, for comparison
     if not any(c.method == "target" for c in out):
         out.insert(0, Config("target"))
     return out
@@ -189,4 +205,39 @@ def _cmd_costmodel(args) -> int:
     tag = runner.now_tag()
     report.write_json(Path(args.out) / f"costmodel-{tag}.json", data)
     (Path(args.out) / f"costmodel-{tag}.md").write_text(table + "\n")
+    return 0
+
+
+def _cmd_peer(args) -> int:
+    from .. import models
+    from ..generator import GenerationParams
+    from ..session import Session, Settings
+    from . import peer, prompts, report, runner
+
+    items = [i for i in prompts.load(args.set).split("heldout") if not i.chat][: args.n]
+    texts = [i.prompt for i in items]
+    session = Session(Settings(target=args.target, draft=args.draft, threads=args.threads, method="omnidraft"))
+    ctx = runner.BenchContext(session)
+    ours = {}
+    for method in ("slem", "omnidraft"):
+        cfg = runner.Config(method, args.k, "fixed")
+        gen = ctx.generator(cfg)
+        toks = passes = 0
+        for t in texts:
+            st = gen.generate(gen.prompt_from_text(t), GenerationParams(max_tokens=args.max_tokens)).stats
+            toks, passes = toks + st.completion_tokens, passes + st.target_passes
+        ours[method] = {"tokens": toks, "target_passes": passes, "tau": toks / max(passes, 1)}
+    session.close()
+    tp, dp = models.resolve(args.target), models.resolve(args.draft)
+    hf = {f"hf-uag k={args.k}": peer.run_peer(tp, dp, texts, args.max_tokens, args.k),
+          "hf-uag (its own schedule)": peer.run_peer(tp, dp, texts, args.max_tokens, None)}
+    rows = [f"| ours: {m} k={args.k} | {r['tokens']} | {r['target_passes']} | {r['tau']:.2f} |"
+            for m, r in ours.items()]
+    rows += [f"| {name} | {r['tokens']} | {r['target_passes']} | {r['tau']:.2f} |" for name, r in hf.items()]
+    table = "| run | tokens | target passes | tau |\n|---|---|---|---|\n" + "\n".join(rows)
+    print(table)
+    tag = runner.now_tag()
+    report.write_json(Path(args.out) / f"peer-{tag}.json", {"machine": report.machine(), "args": vars(args) | {
+        "func": None}, "prompts": [i.id for i in items], "ours": ours, "hf": hf})
+    (Path(args.out) / f"peer-{tag}.md").write_text(table + "\n")
     return 0

@@ -56,6 +56,23 @@ def results_table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def adaptive_notes(results: dict[str, dict]) -> str:
+    """Calibration of the acceptance predictor and draft lengths used, per adaptive configuration."""
+    lines = []
+    for label, r in results.items():
+        ps = r.get("policy_stats")
+        if not ps:
+            continue
+        cal = ps["calibration"]
+        ece = "n/a" if cal["ece"] is None else f"{cal['ece']:.3f}"
+        best_fixed = max((v.get("speedup", 0) for v in results.values()
+                          if v["method"] == r["method"] and v["policy"] == "fixed"), default=0)
+        lines.append(f"- {label}: calibration error (ECE) {ece} over {cal['examples']} drafted tokens; "
+                     f"draft lengths {ps['draft_lengths']}; speedup {r.get('speedup', 1):.2f}x vs best fixed "
+                     f"{best_fixed:.2f}x")
+    return "\n".join(lines)
+
+
 def cost_table(cost: dict) -> str:
     tv = cost["t_verify"]
     ns = sorted(int(n) for n in tv)

@@ -38,7 +38,11 @@ class Config:
     def label(self) -> str:
         if self.method in ("target",):
             return "target"
-        return f"{self.method} {'adaptive' if self.policy == 'cost' else f'k={self.k}'}"
+        if self.policy == "cost":
+            return f"{self.method} adaptive"
+        if self.policy == "gamma":
+            return f"{self.method} gamma"
+        return f"{self.method} k={self.k}"
 
 
 @dataclass
@@ -149,6 +153,8 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
     out = {label: t.summary(base, cost) for label, t in tallies.items()}
     for c in configs:
         out[c.label].update(method=c.method, k=c.k, policy=c.policy)
+        if c.policy != "fixed" and c.method != "target":
+            out[c.label]["policy_stats"] = gens[c.label].policy.stats()
     return out
 
 

@@ -1,0 +1,210 @@
+"""Cost model of another machine from random-weight models of the default models' shapes.
+
+    python -m omnidraft.bench.device --skeletons DIR --work DIR --threads 1,2,4,8 [--gpu] --out FILE.json
+
+Synthesizes each ``DIR/<name>.gguf.gz`` skeleton (``gguf_tools.synth``: same metadata, shapes and
+quantization as the real file, random weights), then times target passes of n = 1..max_n tokens
+(``costmodel.time_passes``) at each thread count on the CPU and, with ``--gpu``, fully offloaded.
+The JSON records the machine (CPU model, cores, GPU, build flags) beside every figure.
+``scripts/device_costmodel.sh`` runs this on the lent GPU machine; ``cmd_synthetic`` is the
+``omnidraft bench costmodel --synthetic`` entry point on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma3-270m")
+DRAFTER = "smollm2-135m"
+
+
+def machine_info() -> dict:
+    """CPU model, logical and physical cores, memory, GPU and llama.cpp build of this machine."""
+    from . import report
+
+    info = report.machine()
+    lscpu = _run(["lscpu"])
+    for line in lscpu.splitlines():
+        key, _, val = line.partition(":")
+        if key.strip() in ("Thread(s) per core", "Core(s) per socket", "Socket(s)", "Model name", "L3 cache",
+                           "Flags"):
+            info["lscpu_" + key.strip().lower().replace("(s)", "s").replace(" ", "_")] = \
+                " ".join(x for x in val.split() if x.startswith(("avx", "amx", "fma", "f16c"))) \
+                if key.strip() == "Flags" else val.strip()
+    try:
+        info["mem_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError):
+        pass
+    gpu = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem",
+                "--format=csv,noheader"]).strip()
+    info["gpu"] = gpu or None
+    info["cmake_args"] = os.environ.get("CMAKE_ARGS", "")
+    info["host"] = platform.node()
+    try:
+        import llama_cpp
+
+        info["llama_system_info"] = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
+    except Exception as e:  # an old binding: not worth failing a measurement for
+        info["llama_system_info"] = f"unavailable ({e})"
+    return info
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def synthesize(skeletons: Path, work: Path, names: list[str], seed: int = 0) -> dict[str, dict]:
+    """Build each named model from ``skeletons/<name>.gguf.gz`` into ``work``; return name -> description."""
+    from gguf_tools import synth
+
+    work.mkdir(parents=True, exist_ok=True)
+    out: dict[str, dict] = {}
+    for name in names:
+        skel = skeletons / f"{name}.gguf.gz"
+        path = work / f"{name}-synthetic.gguf"
+        t0 = time.perf_counter()
+        if not path.exists():
+            synth.build(skel, path, seed=seed)
+        d = synth.describe(skel)
+        out[name] = {"path": str(path), "arch": d["arch"], "qtype": synth.qtype_of(skel, d["source"]), "bytes": path.stat().st_size,
+                     "real": d["source"], "build_s": time.perf_counter() - t0}
+        log.info("%s: %s bytes (real %s), %.1f s", name, f"{out[name]['bytes']:,}",
+                 f"{d['source'].get('bytes', 0):,}", out[name]["build_s"])
+    return out
+
+
+def measure_one(path: str | os.PathLike, threads: int, gpu: bool, batch_invariant: bool, max_n: int = 8,
+                repeats: int = 5) -> dict:
+    """T_verify(1..max_n) of one model in one setting, with load time and a finite-logits check."""
+    from ..costmodel import time_passes
+    from ..engine import Engine, EngineConfig
+
+    cfg = EngineConfig(n_ctx=1024, n_threads=threads, n_gpu_layers=-1 if gpu else 0,
+                       batch_invariant=batch_invariant)
+    t0 = time.perf_counter()
+    with Engine(path, cfg) as eng:
+        load_s = time.perf_counter() - t0
+        probe = eng.tokenize("def f(x):\n    return x")
+        finite = bool(np.isfinite(eng.decode(probe, "all")).all())
+        eng.reset()
+        time_passes(eng, range(1, 3), 1)  # warm-up: first graphs, caches, GPU kernels
+        tv = time_passes(eng, range(1, max_n + 1), repeats)
+    return {"threads": threads, "device": "gpu" if gpu else "cpu", "batch_invariant": batch_invariant,
+            "t_verify": {str(n): t for n, t in tv.items()}, "load_s": load_s, "finite_logits": finite}
+
+
+def measure(models: dict[str, dict], threads: list[int], gpu: bool, max_n: int = 8, repeats: int = 5) -> list[dict]:
+    """Every model at every thread count (CPU) or once fully offloaded (GPU).
+
+    Targets are timed as the product runs them (batch-invariant: f32 KV cache, no repacked
+    weights) and, on the GPU, also without; the drafter as it runs, not batch-invariant.
+    """
+    out = []
+    for name, m in models.items():
+        variants = [False] if name == DRAFTER else ([True, False] if gpu else [True])
+        for th in ([max(threads)] if gpu else threads):
+            for bi in variants:
+                r = measure_one(m["path"], th, gpu, bi, max_n, repeats)
+                r["model"] = name
+                out.append(r)
+                tv = r["t_verify"]
+                log.info("%-20s %s %2d thr bi=%d: T(1) %.2f ms, T(4) %.2f ms (%.2fx), T(8) %.2f ms",
+                         name, r["device"], th, bi, tv["1"] * 1e3, tv["4"] * 1e3, tv["4"] / tv["1"],
+                         tv[str(max_n)] * 1e3)
+    return out
+
+
+def table(data: dict) -> str:
+    """Markdown: one row per model and setting, T_verify(n)/T(1) ratios beside T(1)."""
+    rows = ["| model | device | threads | batch-inv. | T(1) ms | T(2)/T(1) | T(4)/T(1) | T(8)/T(1) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in data["measurements"]:
+        tv = r["t_verify"]
+        top = max(tv, key=int)
+        rows.append(f"| {r['model']} | {r['device']} | {r['threads']} | {'yes' if r['batch_invariant'] else 'no'} "
+                    f"| {tv['1'] * 1e3:.2f} | {tv['2'] / tv['1']:.2f} | {tv['4'] / tv['1']:.2f} | "
+                    f"{tv[top] / tv['1']:.2f} |")
+    return "\n".join(rows)
+
+
+def run(skeletons: Path, work: Path, names: list[str], threads: list[int], gpu: bool, out: Path,
+        max_n: int = 8, repeats: int = 5, label: str = "") -> dict:
+    t0 = time.perf_counter()
+    models = synthesize(skeletons, work, names)
+    data = {"label": label or ("gpu" if gpu else "cpu"), "machine": machine_info(), "models": models,
+            "max_n": max_n, "repeats": repeats, "synth_s": time.perf_counter() - t0,
+            "measurements": measure(models, threads, gpu, max_n, repeats)}
+    data["wall_s"] = time.perf_counter() - t0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, out)
+    print(table(data), flush=True)
+    return data
+
+
+# ------------------------------------------------------------------ local entry (bench costmodel --synthetic)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated model names")
+    p.add_argument("--threads", default="1,2", help="comma-separated CPU thread counts")
+    p.add_argument("--gpu", action="store_true", help="time fully offloaded to the GPU (a GPU build) instead")
+    p.add_argument("--max-n", type=int, default=8, help="largest target pass to time")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per n (median kept)")
+    p.add_argument("--label", default="", help="machine label stored in the JSON (cpu-8t, gpu, here, ...)")
+
+
+def cmd_synthetic(args: argparse.Namespace) -> int:
+    """``omnidraft bench costmodel --synthetic``: skeletons of the cached real models, random models, timings."""
+    from gguf_tools import synth
+
+    from .. import models as registry
+    from . import runner
+
+    names = [x.strip() for x in args.models.split(",") if x.strip()]
+    work = registry.cache_dir() / "synthetic"
+    skel_dir = work / "skeletons"
+    skel_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        skel = skel_dir / f"{name}.gguf.gz"
+        if not skel.exists():
+            synth.skeleton(registry.resolve(name), skel)
+    out = Path(args.out) / f"device-{args.label or 'here'}-{runner.now_tag()}.json"
+    run(skel_dir, work, names, [int(t) for t in args.threads.split(",")], args.gpu, out, args.max_n, args.repeats,
+        args.label or "here")
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m omnidraft.bench.device", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--skeletons", type=Path, required=True, help="folder of <name>.gguf.gz skeletons")
+    p.add_argument("--work", type=Path, required=True, help="folder for the synthetic models")
+    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("omnidraft.llama_cpp").setLevel(logging.ERROR)
+    logging.getLogger("gguf").setLevel(logging.WARNING)
+    names = [x.strip() for x in args.models.split(",") if x.strip()]
+    run(args.skeletons, args.work, names, [int(t) for t in args.threads.split(",")], args.gpu, args.out,
+        args.max_n, args.repeats, args.label)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

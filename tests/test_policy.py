@@ -1,0 +1,84 @@
+"""Adaptive drafting: the acceptance predictor and the stopping policies (no model needed)."""
+
+import numpy as np
+import pytest
+
+from omnidraft.policy import DraftPolicy, PolicyConfig
+from omnidraft.predictor import AcceptancePredictor, DraftFeatures
+
+
+def synthetic_feats(rng, n):
+    """Drafts whose acceptance truly depends on confidence and on the token id, not on depth."""
+    out = []
+    for depth in range(n):
+        p = float(rng.uniform(0.05, 0.99))
+        tok = int(rng.integers(0, 20))
+        out.append(DraftFeatures(tok, depth, p, entropy=float(-np.log(p)), margin=p / 2))
+    return out
+
+
+def true_accept(f: DraftFeatures) -> float:
+    # confident drafts are accepted more, and even token ids are "easy" for this target
+    z = 5.0 * (f.p_top1 - 0.5) + (1.5 if f.token % 2 == 0 else -1.5)
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def test_predictor_learns_a_synthetic_acceptance_pattern():
+    rng = np.random.default_rng(0)
+    pred = AcceptancePredictor()
+    for _ in range(3000):
+        feats = synthetic_feats(rng, 4)
+        n_acc = 0
+        for f in feats:
+            if rng.random() < true_accept(f):
+                n_acc += 1
+            else:
+                break
+        pred.update(feats, n_acc)
+    test = synthetic_feats(np.random.default_rng(1), 400)
+    err = np.mean([abs(pred.predict(f) - true_accept(f)) for f in test])
+    base = np.mean([abs(np.mean([true_accept(g) for g in test]) - true_accept(f)) for f in test])
+    assert err < 0.06 and err < base / 3, (err, base)
+    cal = pred.calibration()
+    assert cal["examples"] > 3000 and cal["ece"] < 0.08
+
+
+def test_predictor_round_trips_and_survives_a_bad_file(tmp_path):
+    pred = AcceptancePredictor()
+    f = DraftFeatures(3, 0, 0.9, 0.3, 0.8)
+    pred.update([f], 1)
+    pred.save(tmp_path / "p.json")
+    again = AcceptancePredictor.load(tmp_path / "p.json")
+    assert again.predict(f) == pytest.approx(pred.predict(f))
+    (tmp_path / "bad.json").write_text("{not json")
+    assert AcceptancePredictor.load(tmp_path / "bad.json").updates == 0
+
+
+@pytest.mark.parametrize("name", ["fixed", "threshold", "gamma", "cost"])
+def test_policy_never_drafts_past_the_maximum(name):
+    pol = DraftPolicy(PolicyConfig(name=name, k=3))
+    pol.seed_costs({n: 0.02 * n ** 0.3 for n in range(1, 6)}, 0.001)  # cheap verification: drafting pays
+    for limit in (0, 1, 2, 3, 10):
+        k = pol.choose_k(limit)
+        assert 0 <= k <= min(3, limit)
+
+
+def test_cost_policy_stops_drafting_when_speculation_cannot_pay():
+    # verification of n tokens costs n single decodes and drafting is not free: never worth it
+    pol = DraftPolicy(PolicyConfig(name="cost", k=4))
+    pol.seed_costs({n: 0.02 * n for n in range(1, 7)}, 0.008)
+    ks = [pol.choose_k(10) for _ in range(200)]
+    assert sum(k > 0 for k in ks) <= 12  # only the back-off probes
+    # ... and drafts when verification is nearly free (a GPU- or phone-like cost model)
+    pol = DraftPolicy(PolicyConfig(name="cost", k=4))
+    pol.seed_costs({n: 0.02 + 0.001 * n for n in range(1, 7)}, 0.002)
+    assert all(pol.choose_k(10) > 0 for _ in range(20))
+
+
+def test_gamma_policy_stops_when_cumulative_rejection_risk_exceeds_gamma():
+    pol = DraftPolicy(PolicyConfig(name="gamma", k=8, gamma=0.5))
+    pol.choose_k(8)
+    confident = DraftFeatures(0, 0, 0.99, 0.05, 0.98)
+    unsure = DraftFeatures(1, 1, 0.2, 2.0, 0.05)
+    assert pol.keep_going(0, confident)
+    assert not pol.keep_going(1, unsure)
