@@ -15,8 +15,9 @@ models: setup
 demo: models
 	$(BIN)/omnidraft generate --chat --max-tokens 160 "$(PROMPT)"
 
-## test: set up, fetch the default pair and the vocab-only GGUFs, run the whole suite
+## test: set up (incl. chromium + Android build tools for the app tests), fetch models, run the whole suite
 test: models
+	bash android_demo/ci_setup.sh $(VENV)
 	$(BIN)/omnidraft models pull vocabs
 	$(BIN)/python -m pytest -q
 

@@ -1,0 +1,270 @@
+// UI wiring: tabs, chat with streaming, live figures, learning chart, settings.
+import { Api } from "./api.js";
+import { lineChart } from "./chart.js";
+import { loadSettings, requestOptions, saveSettings } from "./settings.js";
+
+const $ = (id) => document.getElementById(id);
+let settings = loadSettings();
+const api = new Api(() => settings);
+const history = [];          // the conversation sent to the server: [{role, content}]
+let running = null;          // AbortController of the generation in flight
+let serverModels = [];
+
+// ------------------------------------------------------------------ tabs
+const TABS = ["chat", "learn", "settings"];
+function showTab(name, focus = false) {
+  for (const t of TABS) {
+    const on = t === name;
+    $(`tab-${t}`).setAttribute("aria-selected", String(on));
+    $(`tab-${t}`).tabIndex = on ? 0 : -1;
+    $(`view-${t}`).hidden = !on;
+  }
+  if (focus) $(`tab-${name}`).focus();
+  if (name === "learn") refreshLearning();
+}
+for (const t of TABS) {
+  $(`tab-${t}`).addEventListener("click", () => showTab(t));
+  $(`tab-${t}`).addEventListener("keydown", (e) => {
+    const step = { ArrowRight: 1, ArrowLeft: -1 }[e.key];
+    if (step) showTab(TABS[(TABS.indexOf(t) + step + TABS.length) % TABS.length], true);
+  });
+}
+
+// ------------------------------------------------------------ connection
+function setConn(state, text) {
+  $("conn").className = `conn ${state}`;
+  $("conn-text").textContent = text;
+}
+
+async function connect() {
+  setConn("", "connecting…");
+  try {
+    await api.health();
+    const m = await api.models();
+    serverModels = (m.data || []).map((d) => d.id);
+    fillModels();
+    setConn("ok", "connected");
+    return true;
+  } catch (e) {
+    setConn("down", e.status === 401 ? "API key needed" : "server unreachable");
+    return false;
+  }
+}
+
+function fillModels() {
+  const sel = $("set-model");
+  sel.replaceChildren(...serverModels.map((id) => new Option(id, id, false, id === settings.model)));
+  const one = serverModels.length === 1;
+  sel.disabled = serverModels.length < 2;
+  $("set-model-help").textContent = serverModels.length === 0 ? "No models reported by the server."
+    : one ? `This server runs one model pair: ${serverModels[0]}. Start it with other --target/--draft to change.`
+    : `${serverModels.length} model pairs on this server.`;
+  if (!serverModels.includes(settings.model)) settings.model = serverModels[0] || "";
+}
+
+// ------------------------------------------------------------------ chat
+const fmt = {
+  tps: (s) => (s.tokens_per_s ?? 0).toFixed(1),
+  acc: (s) => `${Math.round(100 * (s.acceptance_rate ?? 0))}%`,
+  tau: (s) => (s.tau ?? 0).toFixed(2),
+};
+
+function setFigures(f, live) {
+  for (const [id, v] of Object.entries(f)) {
+    $(`fig-${id}`).textContent = v;
+    $(`fig-${id}`).classList.toggle("live", live);
+  }
+}
+
+function bubble(role, text = "") {
+  $("empty-chat")?.remove();
+  const div = document.createElement("div");
+  div.className = `msg ${role}`;
+  div.setAttribute("aria-label", role === "user" ? "You said" : "Answer");
+  if (text) div.textContent = text;
+  $("messages").append(div);
+  div.scrollIntoView({ block: "end" });
+  return div;
+}
+
+/** Appends streamed text, merging consecutive pieces of the same origin into one node. */
+class StreamWriter {
+  constructor(box) { this.box = box; this.node = null; this.draft = null; this.text = ""; this.draftChars = 0; }
+  write(text, fromDraft) {
+    this.text += text;
+    if (fromDraft) this.draftChars += text.length;
+    if (this.node === null || this.draft !== fromDraft) {
+      this.draft = fromDraft;
+      if (fromDraft) {
+        this.node = document.createElement("mark");
+        this.node.className = "draft";
+        this.node.title = "accepted from the drafter";
+        this.box.append(this.node);
+      } else {
+        this.node = document.createElement("span");
+        this.box.append(this.node);
+      }
+    }
+    this.node.textContent += text;
+  }
+}
+
+async function send(prompt) {
+  history.push({ role: "user", content: prompt });
+  bubble("user", prompt);
+  const box = bubble("assistant");
+  box.setAttribute("aria-busy", "true");
+  const w = new StreamWriter(box);
+  const started = performance.now();
+  let chunks = 0;
+  running = new AbortController();
+  $("send").hidden = true; $("stop").hidden = false;
+  setFigures({ tps: "…", acc: "…", tau: "…" }, true);
+  try {
+    const body = { ...requestOptions(settings), messages: history };
+    const model = settings.model || serverModels[0];
+    if (model) body.model = model;     // else the server's default pair
+    const res = await api.chat(body, (text, fromDraft) => {
+      w.write(text, fromDraft);
+      chunks++;
+      const secs = (performance.now() - started) / 1000;
+      // live estimates until the final chunk brings the server's figures
+      setFigures({ tps: `~${(chunks / Math.max(secs, 0.05)).toFixed(1)}`,
+                   acc: `~${Math.round((100 * w.draftChars) / w.text.length)}%` }, true);
+      box.scrollIntoView({ block: "end" });
+    }, running.signal);
+    history.push({ role: "assistant", content: w.text });
+    if (res.stats) {
+      const s = res.stats;
+      setFigures({ tps: fmt.tps(s), acc: fmt.acc(s), tau: fmt.tau(s) }, false);
+      const meta = document.createElement("small");
+      meta.className = "meta";
+      meta.textContent = `${s.completion_tokens ?? "?"} tokens · ${fmt.tps(s)} tok/s · ${fmt.acc(s)} accepted · `
+        + `${fmt.tau(s)} tok/pass${s.method ? " · " + s.method : ""}`;
+      box.append(meta);
+    }
+    if (res.drafterVersion) setFigures({ ver: res.drafterVersion }, false);
+    if (!$("view-learn").hidden) refreshLearning();
+  } catch (e) {
+    history.pop();
+    box.classList.add("error");
+    box.append(document.createTextNode(e.name === "AbortError" ? " [stopped]" : ` [error: ${e.message}]`));
+    setFigures({ tps: "–", acc: "–", tau: "–" }, false);
+    if (e.name !== "AbortError") connect();
+  } finally {
+    box.setAttribute("aria-busy", "false");
+    running = null;
+    $("send").hidden = false; $("stop").hidden = true;
+  }
+}
+
+$("composer").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const prompt = $("prompt").value.trim();
+  if (!prompt || running) return;
+  $("prompt").value = "";
+  autosize();
+  send(prompt);
+});
+$("prompt").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey && !e.isComposing && !matchMedia("(pointer: coarse)").matches) {
+    e.preventDefault();
+    $("composer").requestSubmit();
+  }
+});
+function autosize() {
+  const t = $("prompt");
+  t.style.height = "auto";
+  t.style.height = `${t.scrollHeight + 2}px`;
+}
+$("prompt").addEventListener("input", autosize);
+$("stop").addEventListener("click", () => running?.abort());
+
+// -------------------------------------------------------------- learning
+const TOTALS = [   // [key, label, format]: shown when the server reports them
+  ["generations", "answers", String], ["requests", "requests", String],
+  ["completion_tokens", "tokens generated", String],
+  ["acceptance_rate", "acceptance", (v) => `${(100 * v).toFixed(1)}%`],
+  ["tau", "tokens / target pass", (v) => v.toFixed(2)],
+  ["tokens_per_s", "average tok/s", (v) => v.toFixed(1)],
+];
+
+async function refreshLearning() {
+  try {
+    const st = await api.stats();
+    const h = (st.history || []).map((r) => ({ ...r, t: r.t ?? r.time ?? 0 })).sort((a, b) => a.t - b.t);
+    const pair = st.draft && st.target ? `${st.draft} drafting for ${st.target}; ` : "";
+    $("learn-pair").textContent = `${pair}drafter version ${st.drafter_version || "?"}; `
+      + `${h.length} answer${h.length === 1 ? "" : "s"} so far.`;
+    const pts = (key) => h.map((r) => ({ t: r.t, y: r[key] ?? 0, version: r.drafter_version }));
+    $("chart-acc").replaceChildren(lineChart(pts("acceptance_rate"),
+      { title: "Acceptance rate", yMax: 1, format: (v) => `${Math.round(v * 100)}%` }));
+    $("chart-tps").replaceChildren(lineChart(pts("tokens_per_s"),
+      { title: "Speed (tok/s)", format: (v) => v.toFixed(1) }));
+    const last = h[h.length - 1];
+    $("chart-acc").setAttribute("aria-label", `Acceptance rate over ${h.length} answers`
+      + (last ? `, last ${Math.round(100 * (last.acceptance_rate ?? 0))}%` : ""));
+    $("chart-tps").setAttribute("aria-label", `Tokens per second over ${h.length} answers`
+      + (last ? `, last ${(last.tokens_per_s ?? 0).toFixed(1)}` : ""));
+    const totals = st.totals || {};
+    $("totals").replaceChildren(...TOTALS.filter(([k]) => typeof totals[k] === "number").flatMap(([k, label, f]) => {
+      const dt = document.createElement("dt"); dt.textContent = label;
+      const dd = document.createElement("dd"); dd.textContent = f(totals[k]);
+      return [dt, dd];
+    }));
+  } catch (e) {
+    $("learn-pair").textContent = `Could not load statistics: ${e.message}`;
+  }
+}
+$("learn-refresh").addEventListener("click", refreshLearning);
+
+// -------------------------------------------------------------- settings
+function showSettings() {
+  $("set-url").value = settings.url;
+  $("set-key").value = settings.apiKey;
+  $("set-method").value = settings.method;
+  $("set-temp").value = settings.temperature;
+  $("set-temp-out").value = settings.temperature;
+  $("set-adaptive").checked = settings.adaptive;
+  $("set-k").value = settings.k;
+  $("set-k-out").value = settings.k;
+  $("set-max").value = settings.maxTokens;
+}
+
+function readSettings() {
+  const before = settings.url + "\n" + settings.apiKey;
+  settings = {
+    ...settings,
+    url: $("set-url").value.trim(),
+    apiKey: $("set-key").value,
+    model: $("set-model").value || settings.model,
+    method: $("set-method").value,
+    temperature: Number($("set-temp").value),
+    adaptive: $("set-adaptive").checked,
+    k: Number($("set-k").value),
+    maxTokens: Math.max(1, Math.min(4096, Number($("set-max").value) || 256)),
+  };
+  $("set-temp-out").value = settings.temperature;
+  $("set-k-out").value = settings.k;
+  saveSettings(settings);
+  $("set-saved").textContent = "Saved.";
+  if (before !== settings.url + "\n" + settings.apiKey) connect();
+}
+$("settings").addEventListener("input", readSettings);
+$("settings").addEventListener("change", readSettings);
+$("settings").addEventListener("submit", (e) => e.preventDefault());
+$("set-test").addEventListener("click", async () => {
+  const out = $("set-test-result");
+  out.className = "help";
+  out.textContent = "Testing…";
+  const ok = await connect();
+  out.textContent = ok ? `OK: ${serverModels.length} model pair(s).` : `Failed: ${$("conn-text").textContent}.`;
+  out.classList.toggle("bad", !ok);
+});
+
+// ------------------------------------------------------------------ start
+showSettings();
+connect();
+if ("serviceWorker" in navigator) {
+  navigator.serviceWorker.register("sw.js").catch((e) => console.warn("service worker:", e));
+}

@@ -1,0 +1,50 @@
+// A small inline-SVG line chart: one series over time, dashed lines where the drafter version changed.
+const NS = "http://www.w3.org/2000/svg";
+
+function el(name, attrs, text) {
+  const e = document.createElementNS(NS, name);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+/**
+ * points: [{t, y, version}] sorted by t.  opts: {title, yMax (or auto), format(y) -> string}.
+ * Returns an <svg> sized by its viewBox (width follows the container).
+ */
+export function lineChart(points, opts) {
+  const W = 360, H = 150, L = 40, R = 10, T = 24, B = 22;
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, "aria-hidden": "true", focusable: "false" });
+  svg.append(el("text", { x: 0, y: 14, class: "title" }, opts.title));
+  const last = points.length ? opts.format(points[points.length - 1].y) : "no data yet";
+  svg.append(el("text", { x: W - R, y: 14, "text-anchor": "end" }, points.length ? `last ${last}` : last));
+  const yMax = opts.yMax ?? Math.max(1e-9, ...points.map((p) => p.y)) * 1.1;
+  const t0 = points.length ? points[0].t : 0, t1 = points.length ? points[points.length - 1].t : 1;
+  const x = (t) => L + (t1 > t0 ? (t - t0) / (t1 - t0) : 0.5) * (W - L - R);
+  const y = (v) => T + (1 - Math.min(v, yMax) / yMax) * (H - T - B);
+  for (const frac of [0, 0.5, 1]) {
+    svg.append(el("line", { x1: L, x2: W - R, y1: y(frac * yMax), y2: y(frac * yMax), class: "axis" }));
+    svg.append(el("text", { x: L - 4, y: y(frac * yMax) + 4, "text-anchor": "end" }, opts.format(frac * yMax)));
+  }
+  if (points.length) {
+    svg.append(el("text", { x: L, y: H - 6 }, clock(t0)));
+    svg.append(el("text", { x: W - R, y: H - 6, "text-anchor": "end" }, clock(t1)));
+  }
+  for (let i = 1; i < points.length; i++) {
+    if (points[i].version !== points[i - 1].version) {
+      const xv = (x(points[i - 1].t) + x(points[i].t)) / 2;
+      svg.append(el("line", { x1: xv, x2: xv, y1: T, y2: H - B, class: "ver" }));
+      svg.append(el("text", { x: xv + 3, y: T + 10 }, points[i].version));
+    }
+  }
+  if (points.length > 1) {
+    const d = points.map((p, i) => `${i ? "L" : "M"}${x(p.t).toFixed(1)},${y(p.y).toFixed(1)}`).join("");
+    svg.append(el("path", { d, class: "series" }));
+  }
+  for (const p of points) svg.append(el("circle", { cx: x(p.t), cy: y(p.y), r: 3, class: "pt" }));
+  return svg;
+}
+
+function clock(t) {
+  return new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}

@@ -1,0 +1,337 @@
+"""The Android demo app (android_demo/app) end to end in headless Chromium with Android emulation.
+
+A Pixel-7-sized touch screen (412x915, DPR 2.625, mobile Chrome user agent) against a server on
+loopback: the fake server of tests/fake_omnidraft_server.py by default, or the real `omnidraft serve`
+with OMNIDRAFT_E2E_REAL=1 (needs the default model pair).  Screenshots go to test-artifacts/android/.
+
+Needs Debian's chromium and the Python `playwright` package (no browser download): see
+android_demo/ci_setup.sh.  Without them the tests skip, except under CI (CI=1), where they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fake_omnidraft_server import ServerThread, create_app
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "test-artifacts" / "android"
+REAL = os.environ.get("OMNIDRAFT_E2E_REAL") == "1"
+CHROMIUM = os.environ.get("OMNIDRAFT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PIXEL_7 = dict(viewport={"width": 412, "height": 915}, screen={"width": 412, "height": 915},
+               device_scale_factor=2.625, is_mobile=True, has_touch=True,
+               user_agent="Mozilla/5.0 (Linux; Android 14; Pixel 7) AppleWebKit/537.36 (KHTML, like Gecko) "
+                          "Chrome/150.0.0.0 Mobile Safari/537.36")
+PROMPT = "Write a Python function that checks whether a number is prime."
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI must run these: call android_demo/ci_setup.sh)")
+    pytest.skip(reason)
+
+
+# ---------------------------------------------------------------- fixtures
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_health(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"omnidraft serve exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"omnidraft serve did not answer /health within {timeout:.0f} s")
+
+
+def _warm_up(url: str) -> None:
+    """The real server calibrates its cost model on the first generation (slow on a busy machine)."""
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                       "stream": False}).encode()
+    req = urllib.request.Request(url + "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        assert r.status == 200
+
+
+@pytest.fixture(scope="module")
+def server():
+    """(base URL, fake app or None).  The real server: `omnidraft serve --port P --threads 2`."""
+    if not REAL:
+        app = create_app(delay=0.04)
+        with ServerThread(app) as s:
+            yield s.url, app
+        return
+    port = _free_port()
+    exe = Path(sys.executable).with_name("omnidraft")
+    log = (ARTIFACTS / "serve.log")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(exe), "serve", "--port", str(port), "--threads", "2"],
+                                stdout=out, stderr=subprocess.STDOUT)
+        try:
+            _wait_health(f"http://127.0.0.1:{port}", proc, 240)
+            _warm_up(f"http://127.0.0.1:{port}")
+            yield f"http://127.0.0.1:{port}", None
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("the Python package `playwright` is not installed")
+    if not CHROMIUM:
+        _unavailable("no chromium executable (apt-get install chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def phone(browser, tmp_path):
+    """A fresh page in a Pixel-7-like context (own storage, service workers allowed)."""
+    ctx = browser.new_context(**PIXEL_7, service_workers="allow")
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.errors = errors
+    yield page
+    ctx.close()
+
+
+def shot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}{'-real' if REAL else ''}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+def open_app(page, url: str) -> None:
+    page.goto(url + "/")                       # / redirects to /app/
+    assert page.url.endswith("/app/")
+    page.wait_for_selector("#conn.ok", timeout=20_000)
+
+
+def set_max_tokens(page, n: int) -> None:
+    page.tap("#tab-settings")
+    page.fill("#set-max", str(n))
+    page.tap("#tab-chat")
+
+
+def ask(page, prompt: str = PROMPT) -> None:
+    page.tap("#prompt")
+    page.fill("#prompt", prompt)
+    page.tap("#send")
+
+
+# ------------------------------------------------------------------- tests
+def test_chat_streams_highlights_and_updates_figures(phone, server):
+    url, fake = server
+    open_app(phone, url)
+    set_max_tokens(phone, 48)
+    assert phone.text_content("#fig-tps") == "–"
+    ask(phone)
+    answer = phone.locator(".msg.assistant").last
+    # streaming: text is visible while the answer is still being generated
+    phone.wait_for_function("""() => { const m = document.querySelector('.msg.assistant');
+        return m && m.getAttribute('aria-busy') === 'true' && m.textContent.length > 0; }""", timeout=60_000)
+    partial = answer.text_content()
+    assert phone.is_visible("#stop") and not phone.is_visible("#send")
+    shot(phone, "01-chat-streaming")
+    phone.wait_for_selector(".msg.assistant[aria-busy=false]", timeout=120_000)
+    final = answer.locator(":scope > span, :scope > mark").all_text_contents()
+    assert len("".join(final)) > len(partial) > 0
+    assert answer.locator("mark.draft").count() > 0, "no text highlighted as accepted from drafts"
+    tps, acc, tau, ver = (phone.text_content(f"#fig-{k}") for k in ("tps", "acc", "tau", "ver"))
+    assert float(tps) > 0 and acc.endswith("%") and float(tau) >= 1 and ver not in ("", "–")
+    assert not answer.evaluate("e => e.classList.contains('error')")
+    assert phone.is_visible("#send") and not phone.is_visible("#stop")
+    if fake:
+        assert "".join(final) == "".join(t for t, _ in __import__("fake_omnidraft_server").CANNED)
+        drafted = "".join(answer.locator("mark.draft").all_text_contents())
+        assert "def is_prime" in drafted and " prime" not in drafted.split("def")[0]
+        assert (tps, acc, tau, ver) == ("18.0", "55%", "1.85", "v0")
+    shot(phone, "02-chat-done")
+    assert phone.errors == []
+
+
+def test_settings_are_sent_with_the_request(phone, server):
+    url, fake = server
+    if fake is None:
+        pytest.skip("inspects the requests the fake server received")
+    fake.config["API_KEY"] = "sekret"
+    try:
+        phone.goto(url + "/app/")
+        phone.wait_for_selector("#conn.down")
+        assert "API key" in phone.text_content("#conn-text")
+        phone.tap("#tab-settings")
+        phone.fill("#set-key", "sekret")
+        phone.wait_for_selector("#conn.ok")
+        help_text = phone.text_content("#set-model-help")
+        assert "one model pair" in help_text and phone.is_disabled("#set-model")
+        phone.select_option("#set-method", "slem")
+        phone.tap("#set-adaptive")                      # adaptive off -> policy fixed
+        phone.fill("#set-k", "3")
+        phone.fill("#set-temp", "0.7")
+        phone.fill("#set-max", "64")
+        shot(phone, "03-settings")
+        phone.tap("#tab-chat")
+        ask(phone, "hello")
+        phone.wait_for_selector(".msg.assistant[aria-busy=false]")
+        req = fake.config["REQUESTS"][-1]
+        body = req["body"]
+        assert req["auth"] == "Bearer sekret"
+        assert body["stream"] is True and body["model"] == "qwen2.5-coder-0.5b+smollm2-135m"
+        assert body["messages"] == [{"role": "user", "content": "hello"}]
+        assert body["omnidraft"] == {"method": "slem", "k": 3, "policy": "fixed"}
+        assert body["temperature"] == 0.7 and body["max_tokens"] == 64 and isinstance(body["seed"], int)
+        # settings survive a reload (localStorage)
+        phone.reload()
+        phone.tap("#tab-settings")
+        assert phone.input_value("#set-method") == "slem" and phone.input_value("#set-k") == "3"
+        assert phone.is_checked("#set-adaptive") is False
+    finally:
+        fake.config["API_KEY"] = None
+
+
+def test_learning_view_plots_history(phone, server):
+    url, _ = server
+    open_app(phone, url)
+    set_max_tokens(phone, 24)
+    for _ in range(2):                                   # at least two points on the chart
+        ask(phone, "Write a prime checker")
+        phone.wait_for_function("""n => document.querySelectorAll('.msg.assistant[aria-busy=false]').length >= n""",
+                                arg=phone.locator(".msg.assistant").count(), timeout=120_000)
+    with urllib.request.urlopen(url + "/v1/omnidraft/stats") as r:
+        n = len(json.load(r)["history"])
+    phone.tap("#tab-learn")
+    phone.wait_for_function("n => document.querySelectorAll('#chart-acc circle.pt').length === n", arg=n)
+    assert n >= 2
+    assert phone.locator("#chart-tps circle.pt").count() == n
+    assert phone.locator("#chart-acc path.series").count() == 1
+    assert f"{n} answers" in phone.get_attribute("#chart-acc", "aria-label")
+    assert phone.locator("#totals dt").count() > 0
+    shot(phone, "04-learning")
+    assert phone.errors == []
+
+
+@pytest.mark.parametrize("width,scheme", [(390, "light"), (412, "light"), (390, "dark"), (412, "dark")])
+def test_phone_layout_and_accessibility(browser, server, width, scheme):
+    url, _ = server
+    ctx = browser.new_context(**{**PIXEL_7, "viewport": {"width": width, "height": 844}}, color_scheme=scheme)
+    page = ctx.new_page()
+    try:
+        open_app(page, url)
+        for tab in ("chat", "learn", "settings"):
+            page.tap(f"#tab-{tab}")
+            report = page.evaluate(A11Y_AUDIT)
+            assert report["overflow"] <= 0, f"{tab}: page wider than the screen by {report['overflow']} px"
+            assert report["unlabelled"] == [], f"{tab}: controls without an accessible name"
+            assert report["small"] == [], f"{tab}: touch targets under 44 px"
+            assert report["lowContrast"] == [], f"{tab}: text below 4.5:1 contrast"
+        # the composer and the tab bar sit in the thumb zone (bottom quarter of the screen)
+        page.tap("#tab-chat")
+        box = page.locator("#send").bounding_box()
+        assert box["y"] > 0.75 * 844
+        if scheme == "dark" and width == 412:
+            shot(page, "06-dark")
+    finally:
+        ctx.close()
+
+
+def test_sse_parser_edge_cases(phone, server):
+    url, _ = server
+    phone.goto(url + "/app/")
+    got = phone.evaluate("""async () => {
+        const { SSEParser } = await import('./js/sse.js');
+        const p = new SSEParser(), out = [];
+        for (const piece of ['data: {"a"', ':1}\\r', '\\n\\r\\n: comment\\n\\ndata:x\\ndata: y\\n', '\\n', 'data: [DONE]'])
+            out.push(...p.push(piece));
+        out.push(...p.end());
+        return out;
+    }""")
+    assert got == ['{"a":1}', "x\ny", "[DONE]"]
+
+
+def test_manifest_and_offline_shell(browser, tmp_path):
+    """Installable (manifest + icons + service worker), and the shell loads with the server gone."""
+    ctx = browser.new_context(**PIXEL_7, service_workers="allow")
+    page = ctx.new_page()
+    try:
+        with ServerThread(create_app(delay=0)) as s:
+            page.goto(s.url + "/app/")
+            manifest = page.evaluate("""async () => {
+                const href = document.querySelector('link[rel=manifest]').href;
+                return (await fetch(href)).json(); }""")
+            assert manifest["display"] == "standalone" and manifest["start_url"] == "/app/"
+            sizes = {i["sizes"] for i in manifest["icons"]}
+            assert {"192x192", "512x512"} <= sizes
+            assert any(i.get("purpose") == "maskable" for i in manifest["icons"])
+            scope = page.evaluate("async () => (await navigator.serviceWorker.ready).scope")
+            assert scope == s.url + "/app/"
+            page.wait_for_function("async () => (await caches.keys()).length > 0 && "
+                                   "(await (await caches.open((await caches.keys())[0])).keys()).length >= 9")
+        page.reload()                                    # server is down now
+        page.wait_for_selector("#conn.down", timeout=20_000)
+        assert page.is_visible("#composer") and page.is_visible(".tabs")
+        assert "unreachable" in page.text_content("#conn-text")
+        shot(page, "05-offline-shell")
+    finally:
+        ctx.close()
+
+
+# Runs in the page: overflow, accessible names, touch target sizes, text contrast (WCAG formula).
+A11Y_AUDIT = """() => {
+  const visible = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 &&
+                         getComputedStyle(e).visibility !== 'hidden'; };
+  const name = e => (e.getAttribute('aria-label') || (e.labels && [...e.labels].map(l => l.textContent).join(' '))
+                     || e.getAttribute('aria-labelledby') || (e.tagName === 'BUTTON' && e.textContent) || '').trim();
+  const controls = [...document.querySelectorAll('button, input, select, textarea')].filter(visible);
+  const unlabelled = controls.filter(e => !name(e)).map(e => e.id || e.outerHTML.slice(0, 60));
+  const small = [...document.querySelectorAll('button, select, input:not([type=checkbox]):not([type=range]), textarea')]
+      .filter(visible).filter(e => { const r = e.getBoundingClientRect(); return r.height < 44 || r.width < 44; })
+      .map(e => e.id);
+  const rgb = s => s.match(/[\\d.]+/g).map(Number);
+  const lum = ([r, g, b]) => { const f = c => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+                               return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const bgOf = e => { for (; e; e = e.parentElement) { const c = rgb(getComputedStyle(e).backgroundColor);
+                        if (c.length < 4 || c[3] > 0) return c.slice(0, 3); } return [255, 255, 255]; };
+  const lowContrast = [];
+  for (const e of document.querySelectorAll('h1, h2, p, dt, dd, label, mark, span, small, button, .msg, option'))
+  {
+    if (!visible(e) || !e.textContent.trim()) continue;
+    const st = getComputedStyle(e);
+    if (parseFloat(st.opacity) < 1) continue;
+    const a = lum(rgb(st.color)), b = lum(bgOf(e));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    if (ratio < 4.5) lowContrast.push(`${e.tagName}#${e.id}.${e.className}: ${ratio.toFixed(2)}`);
+  }
+  return { overflow: document.documentElement.scrollWidth - innerWidth, unlabelled, small, lowContrast };
+}"""
