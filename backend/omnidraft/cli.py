@@ -25,14 +25,14 @@ log = logging.getLogger("omnidraft")
 def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
     """One --flag per dataclass field, with the field's help text and default."""
     for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
+        flags = ["--" + f.name.replace("_", "-")] + ([f.metadata["short"]] if "short" in f.metadata else [])
         default = f.default if f.default is not dataclasses.MISSING else None
         kind = type(default) if default is not None else str
         helptext = f"{f.metadata.get('help', '')} (default: {default!r})"
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helptext)
+            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=default, help=helptext)
         else:
-            parser.add_argument(flag, type=kind, default=default, help=helptext, dest=f.name)
+            parser.add_argument(*flags, type=kind, default=default, help=helptext, dest=f.name)
 
 
 def dataclass_from_args(cls, args: argparse.Namespace):

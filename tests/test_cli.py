@@ -1,0 +1,49 @@
+"""The `omnidraft` command line, as a user runs it."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "omnidraft.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_generate_prints_code_and_a_summary_for_a_humaneval_style_prompt(tmp_path):
+    prompt = 'def is_even(n: int) -> bool:\n    """Return True if n is even."""\n'
+    r = run("generate", "--max-tokens", "32", "--threads", "2", "--policy", "fixed", "-k", "3",
+            "--state-dir", str(tmp_path), prompt)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "return" in r.stdout and "%" in r.stdout  # n % 2
+    summary = r.stderr.strip().splitlines()[-1]
+    assert "[omnidraft]" in summary and "tokens/target pass" in summary and "acceptance" in summary
+
+
+def test_generate_json_reports_statistics(tmp_path):
+    import json
+
+    r = run("generate", "--json", "--chat", "--max-tokens", "16", "--threads", "2", "--method", "tli",
+            "--policy", "fixed", "--state-dir", str(tmp_path), "Say hello.")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["stats"]["method"] == "tli" and out["stats"]["target_passes"] >= 1
+    assert out["finish_reason"] in ("stop", "length") and out["text"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["generate", "--target", "/nonexistent/model.gguf", "x"], "not a file and not a known model"),
+    (["generate", "--method", "nope", "x"], "unknown method"),
+    (["models", "pull", "gpt-9"], "unknown model"),
+])
+def test_bad_input_is_one_clear_line_and_exit_2(args, needle, tmp_path):
+    r = run(*args, "--state-dir", str(tmp_path)) if args[0] == "generate" else run(*args)
+    assert r.returncode == 2
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("sub", [[], ["models"], ["generate"], ["bench"], ["bench", "run"], ["gguf"]])
+def test_help_works_everywhere(sub):
+    r = run(*sub, "--help", timeout=60)
+    assert r.returncode == 0 and "usage" in r.stdout.lower()
