@@ -12,6 +12,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from .seq import common_prefix
 from .codec import Codec
 from .engine import Engine
 from .errors import ContextOverflow
@@ -96,7 +97,7 @@ class ModelDrafter:
         self._queued_ids, self._queued_bytes = [], b""
         if self.disabled:
             return
-        keep = min(_common_prefix(self.engine.tokens, ids), len(ids) - 1)
+        keep = min(common_prefix(self.engine.tokens, ids), len(ids) - 1)
         self.engine.rollback(keep)
         if len(ids) - 1 > keep:  # prefill all but the last token; that one is decoded by draft()
             self.engine.decode(ids[keep:-1], "none")
@@ -172,7 +173,7 @@ class ModelDrafter:
             kept += 1
             used += len(piece)
         self.ctx += self.last.ids[:kept] + self.codec.encode(new_bytes[used:])
-        keep = min(_common_prefix(self.engine.tokens, self.ctx), len(self.ctx) - 1)
+        keep = min(common_prefix(self.engine.tokens, self.ctx), len(self.ctx) - 1)
         self.engine.rollback(keep)
         self.last = Proposal([], [])
         self.counters.translate_s += time.perf_counter() - t0
@@ -221,10 +222,3 @@ def prompt_lookup(tokens: Sequence[int], k: int, max_ngram: int = 3, min_ngram: 
                     return follow
     return []
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

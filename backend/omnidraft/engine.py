@@ -20,6 +20,7 @@ import numpy as np
 
 import llama_cpp
 
+from .seq import common_prefix
 from . import llama_log
 from .errors import ContextOverflow, EngineError, InvalidModelFile
 
@@ -290,7 +291,7 @@ class Engine:
         """
         if not ids:
             raise EngineError("sync to an empty sequence")
-        keep = _common_prefix(self.tokens, ids)
+        keep = common_prefix(self.tokens, ids)
         keep = min(keep, len(ids) - 1)
         self.rollback(keep)
         return self.decode(ids[keep:], "last")[0]
@@ -308,10 +309,3 @@ def _rows(logits_for: Sequence[int] | str, n: int) -> list[int]:
         raise EngineError(f"logit rows {rows} out of range for {n} tokens")
     return rows
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

@@ -15,6 +15,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from .seq import common_prefix
 from .codec import Codec
 from .ngram_cache import NGramCache
 from .vocab_bridge import UNMAPPED, VocabBridge
@@ -206,7 +207,7 @@ class OmniTranslator:
             canon = self.look.canonical(self.dc.decode(ids))
             if canon != c.ids:
                 self.canon_fixes += 1
-                same = _common_prefix(canon, c.ids)
+                same = common_prefix(canon, c.ids)
                 c = c.truncate(same)
                 for tid, span, q in _label(canon, ids, probs, self.dc, self.tc)[same:]:
                     c.add(tid, RETOK, span, q)
@@ -289,13 +290,6 @@ def _label(target_ids: Sequence[int], draft_ids: Sequence[int], probs: Sequence[
         a = b
     return out
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _drafted_spans(ids: Sequence[int], token_bytes: list[bytes]) -> dict[tuple[int, int], tuple[int, int]]:
