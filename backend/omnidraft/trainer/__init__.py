@@ -1,0 +1,14 @@
+"""Online adaptation of the drafter: hybrid loss, GGUF <-> torch, export + publish, the trainer service.
+
+| module     | job                                                                  |
+|------------|----------------------------------------------------------------------|
+| `loss`     | records -> tensors; L = L_DM (reverse KL on mapped top-k) + lambda L_N-gram |
+| `model`    | a llama/qwen2 GGUF (any quant) -> a transformers model; LoRA          |
+| `export`   | torch model -> GGUF -> quantized -> checked against torch in llama.cpp |
+| `store`    | the trainer's durable inbox (SQLite, dedup by record id)              |
+| `service`  | the trainer: train every I prompts, publish to the registry; HTTP app |
+| `cli`      | `omnidraft trainer serve`, `omnidraft drafter list|rollback`, `omnidraft adapt` |
+
+The trainer never imports the server or the generator: it meets them through the record schema
+(:mod:`omnidraft.records`) and the drafter registry (:mod:`omnidraft.registry`).
+"""

@@ -1,0 +1,108 @@
+"""Subcommands ``trainer serve``, ``drafter list|rollback`` and ``adapt`` (registered by omnidraft.cli)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+
+log = logging.getLogger(__name__)
+
+
+def register(sub) -> None:
+    from omnidraft.adapt import AdaptConfig
+    from omnidraft.cli import add_dataclass_args
+    from omnidraft.session import Settings
+
+    from .service import TrainerConfig
+
+    t = sub.add_parser("trainer", help="the online trainer process (receives records, publishes drafters)",
+                       description="Stores training records posted by generators, trains the drafter every "
+                                   "--interval prompts with L = L_DM + lambda*L_N-gram, and publishes each update "
+                                   "as a new drafter version that generators swap in between requests.")
+    ts = t.add_subparsers(dest="trainer_cmd", required=True, metavar="ACTION")
+    serve = ts.add_parser("serve", help="run the trainer HTTP service on loopback",
+                          epilog="Example: omnidraft trainer serve --interval 8 --port 8765")
+    add_dataclass_args(serve, TrainerConfig)
+    serve.set_defaults(func=_cmd_serve)
+
+    d = sub.add_parser("drafter", help="list or roll back published drafter versions",
+                       description="Versions live in <state-dir>/registry; generators load the current one.")
+    d.add_argument("action", choices=["list", "rollback"], help="list versions, or make VERSION current")
+    d.add_argument("version", nargs="?", help="rollback: a version id (e.g. v0003) or 'base'")
+    d.add_argument("--state-dir", default="", help="trainer state directory (default: <cache>/trainer)")
+    d.add_argument("--json", action="store_true", help="list: print JSON")
+    d.set_defaults(func=_cmd_drafter)
+
+    a = sub.add_parser("adapt", help="the whole online loop on a prompt stream, with a held-out curve",
+                       description="Generate with speculation, record, upload, train every --interval prompts, "
+                                   "swap the drafter in, and measure acceptance and tokens per target pass on a "
+                                   "fixed held-out slice after each update; writes adapt.json and adapt.png.",
+                       epilog="Example: omnidraft adapt --n-train 12 --interval 4 --out adapt-out")
+    add_dataclass_args(a, AdaptConfig)
+    add_dataclass_args(a, Settings)
+    a.set_defaults(func=_cmd_adapt)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from omnidraft.cli import dataclass_from_args
+
+    from .service import Trainer, TrainerConfig, create_app
+
+    cfg = dataclass_from_args(TrainerConfig, args)
+    trainer = Trainer(cfg).start()
+    app = create_app(trainer)
+    print(f"trainer on http://{cfg.host}:{cfg.port}  (state {cfg.root()}, interval {cfg.interval})", flush=True)
+    try:
+        from waitress import serve
+
+        serve(app, host=cfg.host, port=cfg.port, threads=4)
+    except ImportError:
+        from werkzeug.serving import make_server
+
+        srv = make_server(cfg.host, cfg.port, app, threaded=True)
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
+        srv.serve_forever()
+    finally:
+        trainer.stop()
+    return 0
+
+
+def _cmd_drafter(args: argparse.Namespace) -> int:
+    from omnidraft.registry import DrafterRegistry
+
+    from .service import TrainerConfig
+
+    reg = DrafterRegistry(TrainerConfig(state_dir=args.state_dir).root() / "registry")
+    if args.action == "rollback":
+        if not args.version:
+            print("rollback needs a VERSION (see: omnidraft drafter list)")
+            return 2
+        reg.rollback(args.version)
+        print(f"current drafter: {args.version}")
+        return 0
+    versions = reg.list()
+    if args.json:
+        print(json.dumps(versions, indent=1))
+        return 0
+    cur = reg.current()
+    print(f"{'':2}{'version':8} {'parent':8} {'steps':>6} {'records':>8} {'loss':>8} {'check':>8} {'held-out acc':>12}")
+    for m in versions:
+        ho = m.get("heldout", {}).get("acceptance")
+        print(f"{'*' if m['current'] else ' ':2}{m['version']:8} {m.get('parent', ''):8} {m.get('steps', 0):6d} "
+              f"{m.get('records_seen', 0):8d} {m.get('loss_mean') or 0:8.4f} "
+              f"{m.get('check', {}).get('rel_error', 0):8.4f} {'' if ho is None else f'{ho:.1%}':>12}")
+    print(f"current: {cur[0] if cur else 'base (nothing published)'}  registry: {reg.root}")
+    return 0
+
+
+def _cmd_adapt(args: argparse.Namespace) -> int:
+    from omnidraft.adapt import AdaptConfig, run
+    from omnidraft.cli import dataclass_from_args
+    from omnidraft.session import Settings
+
+    settings = dataclass_from_args(Settings, args)
+    run(dataclass_from_args(AdaptConfig, args), settings, threads=settings.threads)
+    return 0

@@ -1,0 +1,125 @@
+"""The hybrid distillation loss of OmniDraft, on records of schema ``omnidraft.record/1``.
+
+For one output position t with drafter logits z_t (full drafter vocabulary V):
+
+    q_t(v)   = softmax(z_t)(v)                                   the drafter
+    S_t      = drafter ids of the target's top-k entries with a direct mapping (record ``topk_ids``)
+    p_t(v)   = target probability of v, v in S_t                (record ``topk_probs``)
+    r_t      = 1 - sum_{v in S_t} p_t(v)                         (record ``rest_mass``)
+
+Both distributions are coarse-grained onto the |S_t| + 1 outcomes {v in S_t} U {rest}:
+
+    q'_t(v)    = q_t(v)                       for v in S_t
+    q'_t(rest) = 1 - sum_{v in S_t} q_t(v)    (= logsumexp of z_t outside S_t - logsumexp z_t, computed so)
+
+    L_DM(t)  = KL(q'_t || p_t) = sum_{v in S_t} q_t(v) [log q_t(v) - log p_t(v)]
+                                 + q'_t(rest) [log q'_t(rest) - log max(r_t, eps)]
+
+a reverse KL (mode seeking, as in the paper) over directly mapped tokens that is exact on this
+partition, never asks the drafter for a distribution over tokens the target did not report, and
+still penalises drafter mass on tokens the target finds unlikely (through the rest bucket).
+Target probabilities are floored at ``eps`` (1e-6) so a zero never makes the loss infinite.
+
+    L_N-gram(t) = -log q_t(y_t)     at positions of sub-tokens of an unmapped (n-gram) target token
+
+    L = mean_{t: dm} L_DM(t) + lambda * mean_{t: ngram} L_N-gram(t)       (lambda = 0.2)
+
+(each mean is 0 when a batch has no such position).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+EPS = 1e-6
+
+
+@dataclass
+class Batch:
+    """One record as tensors; position i of the output is predicted by logits row ``pos[i]``."""
+
+    input_ids: torch.Tensor  # [L] prompt + output[:-1]
+    pos: torch.Tensor  # [n] logits row predicting output i
+    labels: torch.Tensor  # [n] output drafter ids
+    dm: torch.Tensor  # [n] bool
+    ngram: torch.Tensor  # [n] bool
+    topk_ids: torch.Tensor  # [n, K] drafter ids, -1 = padding
+    topk_probs: torch.Tensor  # [n, K]
+    rest: torch.Tensor  # [n]
+
+
+def batch_from_record(rec: dict, max_len: int = 1024) -> Batch | None:
+    """Tensors for one record; the prompt is cut from the left (then the output's tail) to fit ``max_len``."""
+    prompt, out = list(rec["prompt_ids"]), list(rec["output_ids"])
+    if not out:
+        return None
+    keep = max_len + 1 - len(out)  # prompt tokens that fit with the whole output
+    if keep < 1:
+        prompt, out = prompt[-1:] if prompt else [], out[: max_len]
+        keep = len(prompt)
+    prompt = prompt[-keep:] if keep < len(prompt) else prompt
+    n = len(out)
+    first = 0 if prompt else 1  # without any prompt token nothing predicts output 0
+    ids = (prompt + out)[:-1]
+    pos = torch.arange(len(prompt) - 1 + first, len(prompt) - 1 + n)
+    sl = slice(first, n)
+    k = max([len(x) for x in rec["topk_ids"][sl] if x] or [1])
+    tid = torch.full((n - first, k), -1, dtype=torch.long)
+    tp = torch.zeros((n - first, k))
+    rest = torch.ones(n - first)
+    for j, i in enumerate(range(first, n)):
+        ids_i, ps_i = rec["topk_ids"][i], rec["topk_probs"][i]
+        if ids_i:
+            tid[j, : len(ids_i)] = torch.tensor(ids_i)
+            tp[j, : len(ps_i)] = torch.tensor(ps_i)
+        if rec["rest_mass"][i] is not None:
+            rest[j] = float(rec["rest_mass"][i])
+    return Batch(torch.tensor(ids, dtype=torch.long), pos, torch.tensor(out[first:], dtype=torch.long),
+                 torch.tensor(rec["dm"][first:n], dtype=torch.bool),
+                 torch.tensor(rec["ngram"][first:n], dtype=torch.bool),
+                 tid, tp, rest)
+
+
+def dm_reverse_kl(logits: torch.Tensor, topk_ids: torch.Tensor, topk_probs: torch.Tensor,
+                  rest: torch.Tensor) -> torch.Tensor:
+    """KL(q' || p) per row (see the module docstring); logits [n, V], topk_ids [n, K] (-1 = pad)."""
+    logq = torch.log_softmax(logits.float(), dim=-1)
+    valid = topk_ids >= 0
+    idx = topk_ids.clamp(min=0)
+    logq_s = torch.gather(logq, 1, idx)  # [n, K]
+    q_s = logq_s.exp() * valid
+    kl_s = (q_s * (logq_s - torch.log(topk_probs.clamp(min=EPS)))).sum(-1)
+    # scatter_add, not scatter: padding points at id 0 too and must not unset a real entry there
+    in_s = torch.zeros_like(logq).scatter_add(1, idx, valid.to(logq.dtype)) > 0
+    logq_rest = torch.logsumexp(logq.masked_fill(in_s, float("-inf")), dim=-1)  # log q'(rest)
+    q_rest = logq_rest.exp()
+    kl_rest = torch.where(q_rest > 0, q_rest * (logq_rest - torch.log(rest.clamp(min=EPS))), torch.zeros_like(q_rest))
+    return kl_s + kl_rest
+
+
+def ngram_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """-log q(label) per row."""
+    return -torch.log_softmax(logits.float(), dim=-1).gather(1, labels[:, None])[:, 0]
+
+
+def hybrid_loss(logits: torch.Tensor, b: Batch, lam: float = 0.2) -> tuple[torch.Tensor, dict]:
+    """L = mean L_DM + lam * mean L_N-gram for one record; ``logits`` [L, V] over ``b.input_ids``."""
+    rows = logits[b.pos]
+    zero = rows.sum() * 0.0
+    l_dm = dm_reverse_kl(rows[b.dm], b.topk_ids[b.dm], b.topk_probs[b.dm], b.rest[b.dm]).mean() \
+        if b.dm.any() else zero
+    l_ng = ngram_nll(rows[b.ngram], b.labels[b.ngram]).mean() if b.ngram.any() else zero
+    loss = l_dm + lam * l_ng
+    return loss, {"loss": loss.item(), "l_dm": l_dm.item(), "l_ngram": l_ng.item(),
+                  "n_dm": int(b.dm.sum()), "n_ngram": int(b.ngram.sum())}
+
+
+def record_loss(model, rec_or_batch, lam: float = 0.2, max_len: int = 1024):
+    """Forward one record through a transformers causal LM and return (loss, info)."""
+    b = rec_or_batch if isinstance(rec_or_batch, Batch) else batch_from_record(rec_or_batch, max_len)
+    if b is None:
+        return None, {}
+    logits = model(input_ids=b.input_ids[None]).logits[0]
+    return hybrid_loss(logits, b, lam)
