@@ -48,6 +48,10 @@ class AdaptConfig:
 
     prompts: str = field(default="", metadata={"help": "prompt file: one per line, or a JSON list (default: built-in "
                                                           "Python tasks)"})
+    stream_set: str = field(default="", metadata={"help": "train on this prompt set's stream split instead of "
+                                                          "--prompts (humaneval | stdlib-code | docs)"})
+    eval_set: str = field(default="", metadata={"help": "evaluate on this prompt set's held-out split "
+                                                        "(default: the stream set's)"})
     n_train: int = field(default=12, metadata={"help": "training prompts to stream (cycled if the file is shorter)"})
     n_heldout: int = field(default=3, metadata={"help": "prompts held out for evaluation (taken from the end)"})
     interval: int = field(default=4, metadata={"help": "train and swap every this many prompts"})
@@ -61,6 +65,29 @@ class AdaptConfig:
     out: str = field(default="adapt-out", metadata={"help": "directory for the trainer state, outbox, JSON and plot"})
 
 
+Prompt = tuple[str, bool]  # (text, send through the chat template?)
+
+
+def load_items(cfg: "AdaptConfig") -> tuple[list[Prompt], list[Prompt]]:
+    """(training stream, held-out) prompts, from a prompt set or from --prompts (chat messages)."""
+    if cfg.stream_set:
+        from .bench import prompts as sets
+
+        stream = [(i.prompt, i.chat) for i in sets.load(cfg.stream_set).split("stream")]
+        held = [(i.prompt, i.chat) for i in sets.load(cfg.eval_set or cfg.stream_set).split("heldout")]
+        return [stream[i % len(stream)] for i in range(cfg.n_train)], held[: cfg.n_heldout]
+    prompts = load_prompts(cfg.prompts)
+    if len(prompts) <= cfg.n_heldout:
+        raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
+    heldout, pool = prompts[-cfg.n_heldout:], prompts[: -cfg.n_heldout]
+    return [(pool[i % len(pool)], True) for i in range(cfg.n_train)], [(p, True) for p in heldout]
+
+
+def _prompt(gen, item: Prompt):
+    text, chat = item
+    return gen.prompt_from_messages([{"role": "user", "content": text}]) if chat else gen.prompt_from_text(text)
+
+
 def load_prompts(path: str) -> list[str]:
     if not path:
         return list(DEFAULT_PROMPTS)
@@ -70,14 +97,13 @@ def load_prompts(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def evaluate(session, prompts: list[str], max_tokens: int) -> dict:
+def evaluate(session, prompts: list[Prompt], max_tokens: int) -> dict:
     """Acceptance and tokens per target pass over the held-out prompts (pooled), greedy."""
     gen = session.generator()
     acc = prop = toks = passes = 0
     t0 = time.perf_counter()
     for p in prompts:
-        f = gen.generate(gen.prompt_from_messages([{"role": "user", "content": p}]),
-                         GenerationParams(max_tokens=max_tokens))
+        f = gen.generate(_prompt(gen, p), GenerationParams(max_tokens=max_tokens))
         acc, prop = acc + f.stats.accepted, prop + f.stats.proposed
         toks, passes = toks + f.stats.completion_tokens, passes + f.stats.target_passes
     return {"acceptance": acc / prop if prop else 0.0, "tau": toks / passes if passes else 0.0,
@@ -91,11 +117,7 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    prompts = load_prompts(cfg.prompts)
-    if len(prompts) <= cfg.n_heldout:
-        raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
-    heldout, pool = prompts[-cfg.n_heldout:], prompts[: -cfg.n_heldout]
-    train = [pool[i % len(pool)] for i in range(cfg.n_train)]
+    train, heldout = load_items(cfg)
 
     session = Session(settings)
     trainer = Trainer(TrainerConfig(base=settings.draft, state_dir=str(out / "trainer"), interval=cfg.interval,
@@ -111,9 +133,9 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
         ev = evaluate(session, heldout, cfg.eval_max_tokens)
         curve.append({"prompts": 0, "version": session.drafter_version, **ev})
         _show(curve[-1])
-        for i, text in enumerate(train, 1):
+        for i, item in enumerate(train, 1):
             gen = session.generator()
-            pin = gen.prompt_from_messages([{"role": "user", "content": text}])
+            pin = _prompt(gen, item)
             final = gen.generate(pin, GenerationParams(max_tokens=cfg.max_tokens, record_topk=cfg.record_topk))
             outbox.put(build_record(final, pin, session.pair, gen.method, session.drafter_version))
             uploader.kick()
