@@ -1,0 +1,54 @@
+"""Hot swap: a drafter published while generations run is picked up between requests, none fails."""
+
+import threading
+
+from omnidraft import models
+from omnidraft.generator import GenerationParams, reference_target_tokens
+from omnidraft.registry import DrafterRegistry
+
+
+def test_publish_during_a_generation_loop_fails_no_request(default_session, tmp_path):
+    session = default_session
+    reg = DrafterRegistry(tmp_path / "registry", keep=3)
+    session.registry = reg
+    try:
+        published = threading.Event()
+
+        def publisher():
+            # a new drafter version appears while requests are being served
+            reg.publish(models.resolve("smollm2-135m"), {"note": "test copy"})
+            published.set()
+
+        prompts = ["def add(a, b):\n", "def square(x):\n", "class Node:\n", "def mean(xs):\n"]
+        versions, outputs = [], []
+        t = None
+        for i, p in enumerate(prompts):
+            session.maybe_swap()
+            gen = session.generator("omnidraft")
+            gen.policy.cfg.name = "fixed"
+            pin = gen.prompt_from_text(p)
+            if i == 1:
+                t = threading.Thread(target=publisher)
+                t.start()
+            final = gen.generate(pin, GenerationParams(max_tokens=12))
+            versions.append(session.drafter_version)
+            outputs.append(final.token_ids == reference_target_tokens(session.target, pin,
+                                                                       GenerationParams(max_tokens=12)))
+            if t is not None:
+                t.join()
+                assert published.is_set()
+        session.maybe_swap()
+        assert all(outputs)  # every request completed, and still equals the target alone
+        assert session.drafter_version == reg.current()[0] != "base"
+        assert versions[0] == "base"
+        # a broken publish never takes the working drafter down
+        bad = tmp_path / "broken.gguf"
+        bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 100)
+        reg.publish(bad, {"note": "broken"})
+        before = session.drafter_version
+        assert not session.maybe_swap()
+        assert session.drafter_version == before
+        gen = session.generator("omnidraft")
+        assert gen.generate(gen.prompt_from_text("x = 1\n"), GenerationParams(max_tokens=4)).token_ids
+    finally:
+        session.registry = None
