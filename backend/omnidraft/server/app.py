@@ -1,0 +1,274 @@
+"""The Flask app: routes, auth, CORS, error rendering.  All state hangs off the app object.
+
+Design (STYLE.md #8): HTTP threads (waitress) only parse, submit a job to the single
+``EngineWorker`` that owns the Session, and format its events as OpenAI JSON or SSE.
+
+Timeouts: a request's budget (queue wait + generation, ``request_timeout_s``) is enforced by
+the worker between chunks.  If nothing was generated yet the answer is HTTP 504; otherwise the
+text so far is returned (or the stream finished) with ``finish_reason: "length"`` and
+``omnidraft.timed_out: true``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from flask import Flask, Response, jsonify, redirect, request, send_from_directory
+from werkzeug.exceptions import HTTPException
+
+from ..textstream import Chunk
+from .config import ServerConfig
+from .metrics import Metrics
+from .protocol import ApiError, Request, chunk, draft_spans, full_response, parse_request, usage, usage_chunk
+from .worker import Done, EngineWorker, Job, TimedOut
+
+log = logging.getLogger(__name__)
+
+STATE_KEY = "omnidraft"
+
+
+@dataclass
+class ServerState:
+    session: object
+    config: ServerConfig
+    metrics: Metrics
+    worker: EngineWorker
+    model_ids: tuple[str, ...]
+    n_ctx: int
+    uploader: object = None
+    outbox: object = None
+
+
+def state(app: Flask) -> ServerState:
+    return app.extensions[STATE_KEY]
+
+
+def model_ids(session) -> tuple[str, ...]:
+    """The served model's id (the target's short name or file stem), then accepted aliases."""
+    target = session.settings.target
+    main = Path(target).stem if target.endswith(".gguf") else target
+    return tuple(dict.fromkeys([main, target, "omnidraft"]))
+
+
+def create_app(session, config: ServerConfig | None = None, outbox=None, build_record=None,
+               uploader=None, start_worker: bool = True) -> Flask:
+    """Build the app around a loaded Session; starts the engine worker thread."""
+    config = config or ServerConfig()
+    app = Flask("omnidraft.server")
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_kb * 1024
+    app.json.sort_keys = False
+    metrics = Metrics(config.history)
+    worker = EngineWorker(session, metrics, config.queue_size, config.save_every, outbox, build_record)
+    n_ctx = int(getattr(getattr(session, "target", None), "n_ctx", session.settings.n_ctx))
+    app.extensions[STATE_KEY] = ServerState(session, config, metrics, worker, model_ids(session), n_ctx,
+                                            uploader, outbox)
+    _install_hooks(app)
+    _install_routes(app)
+    if start_worker:
+        worker.start()
+    return app
+
+
+def shutdown(app: Flask) -> None:
+    """Stop the worker (finishing nothing new), persist the n-gram cache, stop the uploader."""
+    st = state(app)
+    st.worker.stop()
+    st.worker.save_now()
+    if st.uploader is not None:
+        try:
+            st.uploader.stop()
+        except Exception:  # noqa: BLE001
+            log.exception("stopping the uploader failed")
+    if st.outbox is not None and hasattr(st.outbox, "close"):
+        try:
+            st.outbox.close()
+        except Exception:  # noqa: BLE001
+            log.exception("closing the outbox failed")
+
+
+# ---------------------------------------------------------------- hooks
+def _endpoint_label() -> str:
+    return request.url_rule.rule if request.url_rule is not None else "other"
+
+
+def _install_hooks(app: Flask) -> None:
+    @app.before_request
+    def _auth():
+        key = state(app).config.api_key
+        if not key or request.method == "OPTIONS":
+            return None
+        if not (request.path.startswith("/v1/") or request.path == "/metrics"):
+            return None
+        got = request.headers.get("Authorization", "")
+        token = got[7:] if got[:7].lower() == "bearer " else ""
+        if not hmac.compare_digest(token.encode(), key.encode()):
+            raise ApiError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')",
+                           code="invalid_api_key")
+        return None
+
+    @app.after_request
+    def _after(resp: Response):
+        st = state(app)
+        origin = request.headers.get("Origin")
+        allowed = st.config.cors_origin
+        if origin and (origin in allowed or "*" in allowed):
+            resp.headers["Access-Control-Allow-Origin"] = origin
+            resp.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+            resp.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+            resp.headers["Access-Control-Max-Age"] = "600"
+            resp.headers.add("Vary", "Origin")
+        st.metrics.count_request(_endpoint_label(), resp.status_code)
+        return resp
+
+    @app.errorhandler(ApiError)
+    def _api_error(e: ApiError):
+        return jsonify(e.body()), e.status, e.headers
+
+    @app.errorhandler(HTTPException)
+    def _http_error(e: HTTPException):
+        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(e.code, None)
+        msg = e.description or e.name
+        if e.code == 413:
+            msg = f"request body larger than {state(app).config.max_body_kb} KiB"
+        return jsonify(ApiError(e.code or 500, msg, code=code).body()), e.code
+
+    @app.errorhandler(Exception)
+    def _internal(e: Exception):
+        log.exception("unhandled error")
+        return jsonify(ApiError(500, f"internal error: {type(e).__name__}", code="internal_error").body()), 500
+
+
+# --------------------------------------------------------------- routes
+def _json_body():
+    raw = request.get_data(cache=False)  # raises 413 past MAX_CONTENT_LENGTH
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"malformed JSON body: {e}", code="invalid_json") from None
+
+
+def _sse(obj) -> str:
+    return "data: " + json.dumps(obj, separators=(",", ":")) + "\n\n"
+
+
+def _install_routes(app: Flask) -> None:
+    def complete(kind: str):
+        st = state(app)
+        req = parse_request(_json_body(), kind, st.n_ctx, st.model_ids)
+        job = Job(req, _endpoint_label(), time.monotonic() + st.config.request_timeout_s,
+                  request.environ.get("waitress.client_disconnected"))
+        st.worker.submit(job)
+        try:
+            first = job.next_event()
+            if isinstance(first, ApiError):
+                raise first
+            if isinstance(first, TimedOut) and not first.text:
+                raise ApiError(504, f"no output within the request timeout of {st.config.request_timeout_s} s",
+                               code="timeout")
+        except BaseException:
+            job.cancel()
+            raise
+        if req.stream:
+            return Response(_stream(req, job, first), mimetype="text/event-stream",
+                            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return jsonify(_collect(req, job, first))
+
+    @app.post("/v1/completions")
+    def completions():
+        return complete("completion")
+
+    @app.post("/v1/chat/completions")
+    def chat_completions():
+        return complete("chat")
+
+    @app.get("/v1/models")
+    def list_models():
+        st = state(app)
+        created = int(st.metrics.started)
+        return jsonify({"object": "list", "data": [
+            {"id": m, "object": "model", "created": created, "owned_by": "omnidraft"} for m in st.model_ids]})
+
+    @app.get("/health")
+    def health():
+        st = state(app)
+        return jsonify({"status": "ok", "model": st.model_ids[0], "method": st.session.settings.method,
+                        "drafter_version": st.metrics.drafter_version, "queue_depth": st.worker.depth(),
+                        "n_ctx": st.n_ctx})
+
+    @app.get("/metrics")
+    def metrics():
+        st = state(app)
+        return Response(st.metrics.prometheus(st.worker.depth()),
+                        mimetype="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/omnidraft/stats")
+    def omnidraft_stats():
+        limit = request.args.get("limit", type=int)
+        st = state(app)
+        view = st.metrics.stats_view(limit if limit and limit > 0 else None)
+        s = st.session.settings  # the pair, for the app's header
+        view.update(target=s.target, draft=s.draft, method=s.method)
+        return jsonify(view)
+
+    @app.get("/")
+    @app.get("/app")
+    def root():
+        return redirect("/app/")
+
+    @app.get("/app/")
+    @app.get("/app/<path:path>")
+    def web_app(path: str = "index.html"):
+        root_dir = state(app).config.app_path()
+        if not root_dir.is_dir():
+            raise ApiError(404, "the phone web app is not installed on this server", code="not_found")
+        return send_from_directory(root_dir, path)  # safe_join: refuses paths outside root_dir
+
+
+def _collect(req: Request, job: Job, ev) -> dict:
+    chunks: list[Chunk] = []
+    while isinstance(ev, Chunk):
+        chunks.append(ev)
+        ev = job.next_event()
+    if isinstance(ev, ApiError):
+        raise ev
+    text = "".join(c.text for c in chunks)
+    if isinstance(ev, Done):
+        text, finish, stats = ev.final.text, ev.final.finish_reason, ev.final.stats
+    else:  # TimedOut after some text
+        finish, stats = "length", ev.stats
+    ext = ev.ext()
+    ext["draft_spans"] = draft_spans(chunks)
+    return full_response(req, text, finish, stats, ext)
+
+
+def _stream(req: Request, job: Job, ev):
+    try:
+        if req.kind == "chat":
+            yield _sse(chunk(req, None, role=True))
+        while True:
+            if isinstance(ev, Chunk):
+                if ev.text:
+                    yield _sse(chunk(req, ev.text, ext={"from_draft": ev.from_draft}))
+            elif isinstance(ev, (Done, TimedOut)):
+                stats = ev.final.stats if isinstance(ev, Done) else ev.stats
+                finish = ev.final.finish_reason if isinstance(ev, Done) else "length"
+                yield _sse(chunk(req, None, finish, ext=ev.ext()))
+                if req.include_usage:
+                    yield _sse(usage_chunk(req, stats))
+                yield "data: [DONE]\n\n"
+                return
+            else:  # ApiError after the stream started: OpenAI-style error event, then end
+                yield _sse(ev.body())
+                yield "data: [DONE]\n\n"
+                return
+            ev = job.next_event()
+    finally:
+        job.cancel()  # client gone (GeneratorExit) or finished: either way the worker may drop it
+
+
+__all__ = ["create_app", "shutdown", "state", "usage"]

@@ -1,0 +1,133 @@
+"""Counters, a rolling per-request history, and the Prometheus text rendering.
+
+Every method takes the one lock: HTTP threads count requests, the engine worker counts generations.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+
+
+def _esc(v: str) -> str:
+    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class Metrics:
+    def __init__(self, history: int = 500):
+        self._lock = threading.Lock()
+        self.requests: Counter = Counter()  # (endpoint, status) -> n
+        self.totals = Counter()  # generations, prompt/completion tokens, proposed, accepted, passes, seconds...
+        self.history: deque = deque(maxlen=history)
+        self.ngram: dict = {}
+        self.drafter_version = "base"
+        self.started = time.time()
+
+    def count_request(self, endpoint: str, status: int) -> None:
+        with self._lock:
+            self.requests[(endpoint, int(status))] += 1
+
+    def bump(self, name: str, n: float = 1) -> None:
+        with self._lock:
+            self.totals[name] += n
+
+    def record_generation(self, stats, method: str, drafter_version: str, finish_reason: str, endpoint: str,
+                          ngram: dict | None) -> None:
+        """After each finished generation (called by the engine worker)."""
+        with self._lock:
+            t = self.totals
+            t["generations"] += 1
+            t["prompt_tokens"] += stats.prompt_tokens
+            t["completion_tokens"] += stats.completion_tokens
+            t["target_passes"] += stats.target_passes
+            t["proposed"] += stats.proposed
+            t["accepted"] += stats.accepted
+            t["draft_s"] += stats.draft_s + stats.translate_s
+            t["verify_s"] += stats.verify_s
+            t["generation_s"] += stats.total_s
+            self.history.append({
+                "t": time.time(), "endpoint": endpoint, "method": method, "drafter_version": drafter_version,
+                "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.completion_tokens,
+                "tokens_per_s": round(stats.tokens_per_s, 3), "acceptance_rate": round(stats.acceptance_rate, 4),
+                "tau": round(stats.tau, 4), "total_s": round(stats.total_s, 4), "finish_reason": finish_reason})
+            self.drafter_version = drafter_version
+            if ngram is not None:
+                self.ngram = dict(ngram)
+
+    def set_state(self, drafter_version: str, ngram: dict | None) -> None:
+        with self._lock:
+            self.drafter_version = drafter_version
+            if ngram is not None:
+                self.ngram = dict(ngram)
+
+    # ------------------------------------------------------------------ views
+    def stats_view(self, limit: int | None = None) -> dict:
+        with self._lock:
+            hist = list(self.history)[-limit:] if limit else list(self.history)
+            t = dict(self.totals)
+            ngram, ver = dict(self.ngram), self.drafter_version
+        gen_s = t.get("generation_s", 0.0)
+        return {
+            "history": hist,
+            "totals": {
+                "requests": sum(self.requests.values()), "generations": t.get("generations", 0),
+                "prompt_tokens": t.get("prompt_tokens", 0), "completion_tokens": t.get("completion_tokens", 0),
+                "proposed": t.get("proposed", 0), "accepted": t.get("accepted", 0),
+                "acceptance_rate": t["accepted"] / t["proposed"] if t.get("proposed") else 0.0,
+                "tau": t["completion_tokens"] / t["target_passes"] if t.get("target_passes") else 0.0,
+                "tokens_per_s": t.get("completion_tokens", 0) / gen_s if gen_s else 0.0,
+                "draft_s": t.get("draft_s", 0.0), "verify_s": t.get("verify_s", 0.0),
+                "cancelled": t.get("cancelled", 0), "timeouts": t.get("timeouts", 0),
+                "outbox_failures": t.get("outbox_failures", 0), "uptime_s": time.time() - self.started,
+            },
+            "drafter_version": ver,
+            "ngram_cache": ngram,
+        }
+
+    def prometheus(self, queue_depth: int) -> str:
+        with self._lock:
+            reqs = dict(self.requests)
+            t = Counter(self.totals)
+            ngram, ver = dict(self.ngram), self.drafter_version
+        out: list[str] = []
+
+        def metric(name: str, kind: str, helptext: str, samples: list[tuple[dict, float]]) -> None:
+            out.append(f"# HELP {name} {helptext}")
+            out.append(f"# TYPE {name} {kind}")
+            for labels, v in samples:
+                lab = ",".join(f'{k}="{_esc(x)}"' for k, x in labels.items())
+                out.append(f"{name}{{{lab}}} {float(v)!r}" if lab else f"{name} {float(v)!r}")
+
+        metric("omnidraft_requests_total", "counter", "HTTP requests by endpoint and status",
+               [({"endpoint": e, "status": str(s)}, n) for (e, s), n in sorted(reqs.items())])
+        metric("omnidraft_generations_total", "counter", "finished generations", [({}, t["generations"])])
+        metric("omnidraft_prompt_tokens_total", "counter", "prompt tokens processed", [({}, t["prompt_tokens"])])
+        metric("omnidraft_tokens_generated_total", "counter", "completion tokens generated",
+               [({}, t["completion_tokens"])])
+        metric("omnidraft_draft_tokens_proposed_total", "counter", "draft tokens proposed to the target",
+               [({}, t["proposed"])])
+        metric("omnidraft_draft_tokens_accepted_total", "counter", "draft tokens accepted by the target",
+               [({}, t["accepted"])])
+        metric("omnidraft_acceptance_rate", "gauge", "accepted / proposed draft tokens since start",
+               [({}, t["accepted"] / t["proposed"] if t["proposed"] else 0.0)])
+        metric("omnidraft_target_passes_total", "counter", "target forward passes", [({}, t["target_passes"])])
+        metric("omnidraft_tokens_per_target_pass", "gauge", "tau: generated tokens per target pass since start",
+               [({}, t["completion_tokens"] / t["target_passes"] if t["target_passes"] else 0.0)])
+        metric("omnidraft_draft_seconds_total", "counter", "seconds spent drafting and translating",
+               [({}, t["draft_s"])])
+        metric("omnidraft_verify_seconds_total", "counter", "seconds spent in target verification passes",
+               [({}, t["verify_s"])])
+        metric("omnidraft_generation_seconds_total", "counter", "seconds of generation wall time",
+               [({}, t["generation_s"])])
+        metric("omnidraft_ngram_cache_entries", "gauge", "n-gram cache entries", [({}, ngram.get("entries", 0))])
+        metric("omnidraft_ngram_cache_bytes", "gauge", "n-gram cache bytes", [({}, ngram.get("bytes", 0))])
+        metric("omnidraft_drafter_version", "gauge", "drafter version in use (value 1)", [({"version": ver}, 1)])
+        metric("omnidraft_queue_depth", "gauge", "requests waiting for or using the engine", [({}, queue_depth)])
+        metric("omnidraft_generations_cancelled_total", "counter", "generations stopped by a client disconnect",
+               [({}, t["cancelled"])])
+        metric("omnidraft_generation_timeouts_total", "counter", "requests that ran past the request timeout",
+               [({}, t["timeouts"])])
+        metric("omnidraft_outbox_failures_total", "counter", "training records that could not be queued",
+               [({}, t["outbox_failures"])])
+        return "\n".join(out) + "\n"

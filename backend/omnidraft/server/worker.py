@@ -1,0 +1,242 @@
+"""The one thread that owns the Session: requests are served in order from a bounded queue.
+
+llama.cpp contexts are not thread-safe and generation is CPU-bound, so every use of the
+Session (prompt tokenisation, generation, hot swap, saving state) happens on this thread.
+HTTP threads submit a ``Job`` and read its events: ``Chunk``s, then one ``Done``,
+``TimedOut`` or ``ApiError``.  A job whose client went away (``Job.gone()``) is dropped
+between chunks, freeing the engine for the next request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import OmniDraftError
+from ..generator import Final, GenerationStats
+from ..policy import DraftPolicy, PolicyConfig
+from ..textstream import Chunk
+from .metrics import Metrics
+from .protocol import ApiError, Request
+
+log = logging.getLogger(__name__)
+
+RECORD_TOPK = 32
+
+
+@dataclass
+class Done:
+    final: Final
+    method: str
+    drafter_version: str
+
+    def ext(self) -> dict:
+        return {"stats": self.final.stats.as_dict(), "drafter_version": self.drafter_version}
+
+
+@dataclass
+class TimedOut:
+    """The request ran past its deadline; ``text`` is what was generated before (maybe "")."""
+
+    text: str
+    method: str
+    drafter_version: str
+    stats: GenerationStats
+
+    def ext(self) -> dict:
+        return {"stats": self.stats.as_dict(), "drafter_version": self.drafter_version, "timed_out": True}
+
+
+@dataclass
+class Job:
+    req: Request
+    endpoint: str
+    deadline: float  # time.monotonic()
+    disconnected: Callable[[], bool] | None = None  # waitress' client_disconnected, if any
+    events: queue.Queue = field(default_factory=queue.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def gone(self) -> bool:
+        if self.cancelled.is_set():
+            return True
+        try:
+            return bool(self.disconnected and self.disconnected())
+        except Exception:  # noqa: BLE001 - a broken probe must not kill the worker
+            return False
+
+    def next_event(self, slack_s: float = 30.0):
+        """Block for the next event; the worker enforces the deadline, ``slack_s`` guards a stuck worker."""
+        try:
+            return self.events.get(timeout=max(1.0, self.deadline - time.monotonic() + slack_s))
+        except queue.Empty:
+            self.cancel()
+            return ApiError(504, "the engine did not answer in time", code="timeout")
+
+
+class EngineWorker:
+    def __init__(self, session, metrics: Metrics, queue_size: int = 16, save_every: int = 50,
+                 outbox=None, build_record: Callable | None = None):
+        self.session = session
+        self.metrics = metrics
+        self.queue: queue.Queue[Job] = queue.Queue(maxsize=max(1, queue_size))
+        self.save_every = save_every
+        self.outbox, self.build_record = outbox, build_record
+        self.current: Job | None = None
+        self._policies: dict[tuple, DraftPolicy] = {}
+        self._stop = threading.Event()
+        self._served = 0
+        self._avg_s = 1.0
+        self.thread = threading.Thread(target=self._run, name="omnidraft-engine", daemon=True)
+
+    # ------------------------------------------------------------- HTTP side
+    def start(self) -> None:
+        self._publish_state()
+        self.thread.start()
+
+    def submit(self, job: Job) -> Job:
+        try:
+            self.queue.put_nowait(job)
+        except queue.Full:
+            retry = max(1, math.ceil(self._avg_s * self.depth()))
+            raise ApiError(429, f"the server is busy ({self.depth()} requests queued); retry in {retry} s",
+                           code="queue_full", type_="rate_limit_error", headers={"Retry-After": str(retry)})
+        return job
+
+    def depth(self) -> int:
+        return self.queue.qsize() + (1 if self.current is not None else 0)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self.current is not None:
+            self.current.cancel()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+
+    # ----------------------------------------------------------- worker side
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self.queue.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            self.current = job
+            t0 = time.monotonic()
+            try:
+                self._serve(job)
+            except Exception as e:  # noqa: BLE001 - one bad request must not stop the server
+                log.exception("request failed")
+                job.events.put(ApiError(500, f"internal error: {type(e).__name__}", code="internal_error"))
+            finally:
+                self.current = None
+                self._avg_s = 0.8 * self._avg_s + 0.2 * (time.monotonic() - t0)
+        while True:  # answer what is still queued
+            try:
+                self.queue.get_nowait().events.put(ApiError(503, "the server is shutting down", code="shutdown"))
+            except queue.Empty:
+                break
+
+    def _serve(self, job: Job) -> None:
+        s, req = self.session, job.req
+        if job.gone():
+            self.metrics.bump("cancelled")
+            return
+        method = req.method or s.settings.method
+        if time.monotonic() > job.deadline:
+            self.metrics.bump("timeouts")
+            job.events.put(TimedOut("", method, s.drafter_version, GenerationStats(method)))
+            return
+        try:
+            if s.maybe_swap():
+                self._policies.clear()
+                self._publish_state()
+        except Exception:  # noqa: BLE001 - maybe_swap already keeps the old drafter; never fail the request
+            log.exception("drafter hot swap check failed")
+        try:
+            gen = self._generator(method, req.k, req.policy)
+            prompt = gen.prompt_from_messages(req.messages) if req.kind == "chat" else gen.prompt_from_text(req.prompt)
+            params = dataclasses.replace(req.params, stop=list(req.params.stop),
+                                         record_topk=RECORD_TOPK if self.outbox is not None else 0)
+            final = self._generate(job, gen, prompt, params, method)
+        except OmniDraftError as e:
+            job.events.put(ApiError.from_exception(e))
+            return
+        if final is None:
+            return
+        version = s.drafter_version
+        job.events.put(Done(final, method, version))  # the client has its answer; bookkeeping follows
+        ngram = s.pair.cache.stats() if s.pair is not None else None
+        self.metrics.record_generation(final.stats, method, version, final.finish_reason, job.endpoint, ngram)
+        self._to_outbox(final, prompt, method, version)
+        self._served += 1
+        if self.save_every and self._served % self.save_every == 0:
+            self._save()
+
+    def _generate(self, job: Job, gen, prompt, params, method: str) -> Final | None:
+        it = gen.stream(prompt, params)
+        text: list[str] = []
+        try:
+            for item in it:
+                if isinstance(item, Final):
+                    return item
+                job.events.put(item)
+                text.append(item.text)
+                if job.gone():
+                    self.metrics.bump("cancelled")
+                    log.info("client went away: generation stopped after %d chunks", len(text))
+                    return None
+                if time.monotonic() > job.deadline:
+                    self.metrics.bump("timeouts")
+                    stats = GenerationStats(method, prompt_tokens=len(prompt.target_ids))
+                    job.events.put(TimedOut("".join(text), method, self.session.drafter_version, stats))
+                    return None
+        finally:
+            it.close()  # abandoning the stream is safe: the next request resets the target context
+        return None
+
+    def _generator(self, method: str, k: int | None, policy: str | None):
+        s = self.session
+        gen = s.generator(method)
+        if k is None and policy is None:
+            return gen
+        cfg = PolicyConfig(name=policy or s.settings.policy, k=k or s.settings.k, p_min=s.settings.p_min)
+        key = (method, cfg.name, cfg.k)
+        pol = self._policies.get(key)
+        if pol is None:
+            pol = self._policies[key] = DraftPolicy(cfg)
+            if cfg.name == "cost" and method != "target":
+                cm = s.measure_costs()
+                pol.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
+        gen.policy = pol
+        return gen
+
+    def _to_outbox(self, final: Final, prompt, method: str, version: str) -> None:
+        if self.outbox is None or self.build_record is None:
+            return
+        try:
+            self.outbox.put(self.build_record(final, prompt, self.session.pair, method, version))
+        except Exception:  # noqa: BLE001 - a training record must never fail or slow a response
+            self.metrics.bump("outbox_failures")
+            log.exception("training record not queued")
+
+    def _publish_state(self) -> None:
+        s = self.session
+        self.metrics.set_state(s.drafter_version, s.pair.cache.stats() if s.pair is not None else None)
+
+    def _save(self) -> None:
+        try:
+            self.session.save_state()
+        except Exception:  # noqa: BLE001
+            log.exception("saving the n-gram cache failed")
+
+    def save_now(self) -> None:
+        """Only when the worker thread has stopped (shutdown)."""
+        self._save()
