@@ -1,0 +1,39 @@
+"""Benchmark plumbing (not speed: tests never assert machine speed)."""
+
+import json
+import subprocess
+import sys
+
+from omnidraft.bench import prompts
+
+
+def test_prompt_sets_are_deterministic_and_split_by_module():
+    for name in prompts.SETS:
+        a, b = prompts.load(name, seed=0), prompts.load(name, seed=0)
+        assert [i.id for i in a.items] == [i.id for i in b.items]
+        assert a.split("stream") and a.split("heldout")
+        assert a.licence and a.source
+    code = prompts.load("stdlib-code")
+    stream_mods = {i.id.split(":")[0].split(".")[0] for i in code.split("stream")}
+    held_mods = {i.id.split(":")[0].split(".")[0] for i in code.split("heldout")}
+    assert not stream_mods & held_mods
+    he = prompts.load("humaneval")
+    assert len(he.items) == 164 and all("def " in i.prompt for i in he.items)
+
+
+def test_bench_run_writes_json_markdown_and_plots(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "omnidraft.cli", "bench", "run", "--threads", "2", "--sets", "humaneval",
+                        "--n", "1", "--max-tokens", "8", "--ks", "2", "--methods", "target,omnidraft,prompt-lookup",
+                        "--out", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    js = list(tmp_path.glob("*.json"))
+    assert len(js) == 1 and list(tmp_path.glob("*.md")) and len(list(tmp_path.glob("*.png"))) == 2
+    data = json.loads(js[0].read_text())
+    run = data["runs"][0]
+    res = run["results"]
+    assert {"target", "omnidraft k=2", "omnidraft adaptive", "omnidraft gamma", "prompt-lookup k=2"} <= set(res)
+    for label, v in res.items():
+        assert v["same_output_as_target"], label  # every configuration wrote the target's text
+        assert 0.0 <= v["acceptance_rate"] <= 1.0 and v["tau"] >= 1.0
+    assert set(run["cost_model"]["t_verify"]) >= {"1", "2", "3"}
+    assert "cpu" in data["machine"] and data["machine"]["llamafile_kernels"] is False
