@@ -23,7 +23,10 @@ from omnidraft.errors import InvalidModelFile
 
 log = logging.getLogger(__name__)
 
-TOLERANCE = {"f32": 2e-3, "f16": 0.02, "bf16": 0.03, "q8_0": 0.06}
+# q8_0: llama.cpp also rounds activations to 8 bits and keeps an f16 KV cache, so even a perfect export
+# sits at rel ~0.05-0.1 from the f32 torch model (measured 0.08-0.11 on LoRA-updated SmolLM2-135M);
+# a broken tensor mapping is at ~1.
+TOLERANCE = {"f32": 2e-3, "f16": 0.02, "bf16": 0.03, "q8_0": 0.15}
 DEFAULT_TOLERANCE = 0.3  # 4-6 bit types
 CHECK_TEXT = "def add(a, b):\n    return a + b  # the sum\n"
 
