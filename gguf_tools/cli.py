@@ -70,6 +70,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="copy the tokenizer (and chat template) from this GGUF instead of the HF files; "
                         "use it when the tokenizer is unchanged, e.g. re-exporting a fine-tuned drafter")
 
+    s = sub.add_parser("synth", help="random-weight copy of a model: same metadata, shapes and quantization",
+                       description="Write a skeleton of IN (all metadata and the tensor list, no weights; a few "
+                                   "MB, gzip if OUT ends in .gz), or with --from-skeleton build a random-weight "
+                                   "model from one: f16 from N(0, 0.02), norms 1, then quantized to the real "
+                                   "file's type. Timing does not depend on the weights.",
+                       epilog="Example: omnidraft-gguf synth qwen2.5-coder-1.5b q15.gguf.gz && "
+                              "omnidraft-gguf synth q15.gguf.gz q15-random.gguf --from-skeleton")
+    s.add_argument("input", metavar="IN", help=_MODEL_HELP.format(names=names) + "; or a skeleton")
+    s.add_argument("output", metavar="OUT", help="skeleton (.gguf/.gguf.gz) or, with --from-skeleton, model")
+    s.add_argument("--from-skeleton", action="store_true", help="IN is a skeleton: build the random model")
+    s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    s.add_argument("--type", "-t", default=None, metavar="T", help="quantize to T instead of the real file's type")
+
     s = sub.add_parser("vocab-overlap", help="compare the vocabularies of two GGUF models",
                        description="Count tokens A and B share (same raw bytes, special tokens excluded), "
                                    "the share of each vocabulary that is shared, and how many of B's tokens "
@@ -97,6 +110,13 @@ def _run(args: argparse.Namespace) -> None:
         from .convert import convert
 
         print(convert(args.hf_dir, args.output, args.outtype, vocab_from=args.vocab_from))
+    elif args.cmd == "synth":
+        from .synth import build, skeleton
+
+        if args.from_skeleton:
+            print(build(args.input, args.output, seed=args.seed, qtype=args.type))
+        else:
+            print(skeleton(_model_arg(args.input), args.output))
     elif args.cmd == "vocab-overlap":
         from .vocab import format_overlap, vocab_overlap
 

@@ -59,6 +59,24 @@ def register(sub) -> None:
     c.add_argument("--out", default="results", help="directory for the JSON and markdown")
     c.set_defaults(func=_cmd_costmodel)
 
+    from . import device, projection
+
+    y = bs.add_parser("synthetic", help="cost model from random-weight models of the real shapes (any machine)",
+                      description="Writes skeletons of the cached real models (metadata + tensor shapes, no "
+                                  "weights), builds random-weight GGUFs of the same shapes and quantization with "
+                                  "`omnidraft gguf synth` + quantize, and times T_verify(n) and T_draft. "
+                                  "scripts/device_costmodel.sh runs the same on another machine.")
+    device.add_arguments(y)
+    y.add_argument("--out", default="results", help="directory for the JSON")
+    y.set_defaults(func=device.cmd_synthetic)
+
+    j = bs.add_parser("project", help="predicted speedup of each method on other machines' cost models",
+                      description="Combines the acceptance measured here (a `bench run` JSON) with cost models "
+                                  "measured elsewhere (`bench synthetic` / device JSONs), and checks on this "
+                                  "machine that predicted and measured speedups agree within 10 %%.")
+    projection.add_arguments(j)
+    j.set_defaults(func=projection.cmd_project)
+
     q = bs.add_parser("peer", help="compare tokens per target pass with transformers' universal assisted generation",
                       description="Runs Hugging Face transformers' assisted generation (assistant_model + "
                                   "assistant_tokenizer) on the same GGUF models (dequantized) and prompts as ours "

@@ -18,10 +18,9 @@ import logging
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +30,8 @@ DRAFTER = "smollm2-135m"
 
 def machine_info() -> dict:
     """CPU model, logical and physical cores, memory, GPU and llama.cpp build of this machine."""
-    from . import report
-
-    info = report.machine()
+    info = {"cpu": platform.processor(), "cores": os.cpu_count(), "machine": platform.machine(),
+            "python": platform.python_version()}
     lscpu = _run(["lscpu"])
     for line in lscpu.splitlines():
         key, _, val = line.partition(":")
@@ -51,12 +49,9 @@ def machine_info() -> dict:
     info["gpu"] = gpu or None
     info["cmake_args"] = os.environ.get("CMAKE_ARGS", "")
     info["host"] = platform.node()
-    try:
-        import llama_cpp
-
-        info["llama_system_info"] = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
-    except Exception as e:  # an old binding: not worth failing a measurement for
-        info["llama_system_info"] = f"unavailable ({e})"
+    # in a child process: a crash inside llama.cpp must not cost the measurements
+    info["llama_system_info"] = _run([sys.executable, "-c", "import llama_cpp; "
+                                      "print(llama_cpp.llama_print_system_info().decode(errors='replace'))"]).strip()
     return info
 
 
@@ -93,6 +88,10 @@ def measure_one(path: str | os.PathLike, threads: int, gpu: bool, batch_invarian
     from ..costmodel import time_passes
     from ..engine import Engine, EngineConfig
 
+    import llama_cpp
+    import numpy as np
+
+    llama_cpp.llama_backend_init()  # Engine never calls it; builds made on the lent machine crashed loading without
     cfg = EngineConfig(n_ctx=1024, n_threads=threads, n_gpu_layers=-1 if gpu else 0,
                        batch_invariant=batch_invariant)
     t0 = time.perf_counter()
@@ -107,24 +106,101 @@ def measure_one(path: str | os.PathLike, threads: int, gpu: bool, batch_invarian
             "t_verify": {str(n): t for n, t in tv.items()}, "load_s": load_s, "finite_logits": finite}
 
 
+def measure_direct(path: str, threads: int, gpu: bool, batch_invariant: bool, max_n: int = 8,
+                   repeats: int = 5, prefix_len: int = 64) -> dict:
+    """``measure_one`` through llama_cpp.Llama's context and raw llama_decode, without omnidraft's Engine.
+
+    Builds made on the lent machine segfaulted inside llama_model_load_from_file when called
+    from Engine, but loaded through llama_cpp.Llama (2026-11-26); same passes, same timing.
+    """
+    import llama_cpp
+    import numpy as np  # after llama_cpp: its libstdc++ first (see scripts/device_costmodel.sh)
+
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(str(path), n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads,
+                          n_gpu_layers=-1 if gpu else 0, logits_all=False, verbose=True,
+                          **({"type_k": 0, "type_v": 0} if batch_invariant else {}))
+    load_s = time.perf_counter() - t0
+    ctx = llm._ctx.ctx
+    mem = llama_cpp.llama_get_memory(ctx)
+    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    ids = llm.tokenize(b"def add(a, b):\n    return a + b\n\nclass Point:\n", add_bos=False)
+    prefix = (ids * (prefix_len // len(ids) + 1))[:prefix_len]
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(llm._model.model))
+
+    def decode(toks: list[int], pos0: int) -> None:
+        batch.n_tokens = len(toks)
+        for i, t in enumerate(toks):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, pos0 + i, 1
+            batch.seq_id[i][0], batch.logits[i] = 0, 1
+        if llama_cpp.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        llama_cpp.llama_synchronize(ctx)
+
+    def passes(sizes, reps) -> dict[int, float]:
+        llama_cpp.llama_memory_clear(mem, True)
+        decode(prefix, 0)
+        out = {}
+        for n in sizes:
+            times = []
+            for _ in range(reps):
+                llama_cpp.llama_memory_seq_rm(mem, 0, prefix_len, -1)
+                t = time.perf_counter()
+                decode((ids * 2)[:n], prefix_len)
+                times.append(time.perf_counter() - t)
+            out[n] = sorted(times)[len(times) // 2]
+        return out
+
+    passes(range(1, 3), 1)
+    tv = passes(range(1, max_n + 1), repeats)
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(max_n * n_vocab,))
+    finite = bool(np.isfinite(logits).all())
+    llama_cpp.llama_batch_free(batch)
+    llm.close()
+    return {"threads": threads, "device": "gpu" if gpu else "cpu", "batch_invariant": batch_invariant,
+            "t_verify": {str(n): t for n, t in tv.items()}, "load_s": load_s, "finite_logits": finite,
+            "via": "llama_cpp.Llama + llama_decode"}
+
+
+def measure_isolated(path: str, threads: int, gpu: bool, batch_invariant: bool, max_n: int, repeats: int) -> dict:
+    """``measure_one`` in a child process, so that a crash in llama.cpp loses one figure, not the run;
+    after a crash, once more through ``measure_direct``."""
+    err = ""
+    for how in ("engine", "direct"):
+        cmd = [sys.executable, "-X", "faulthandler", "-m", "omnidraft.bench.device", "--one", json.dumps(
+            [str(path), threads, gpu, batch_invariant, max_n, repeats, how])]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+        if p.returncode == 0 and lines:
+            r = json.loads(lines[-1])
+            if err:
+                r["engine_error"] = err
+            return r
+        err += f"{how}: rc={p.returncode}: {p.stderr[-1200:]}\n"
+    return {"threads": threads, "device": "gpu" if gpu else "cpu", "batch_invariant": batch_invariant, "error": err}
+
+
 def measure(models: dict[str, dict], threads: list[int], gpu: bool, max_n: int = 8, repeats: int = 5) -> list[dict]:
-    """Every model at every thread count (CPU) or once fully offloaded (GPU).
+    """Every model at every thread count (CPU) or once fully offloaded (GPU), each in its own process.
 
     Targets are timed as the product runs them (batch-invariant: f32 KV cache, no repacked
-    weights) and, on the GPU, also without; the drafter as it runs, not batch-invariant.
+    weights); the drafter runs without in the product; the GPU is cheap enough to time both.
     """
     out = []
     for name, m in models.items():
-        variants = [False] if name == DRAFTER else ([True, False] if gpu else [True])
+        # CPU: targets as the product runs them; the drafter both ways (repacked weights can crash on AMX)
+        variants = (True, False) if gpu or name == DRAFTER else (True,)
         for th in ([max(threads)] if gpu else threads):
             for bi in variants:
-                r = measure_one(m["path"], th, gpu, bi, max_n, repeats)
+                r = measure_isolated(m["path"], th, gpu, bi, max_n, repeats)
                 r["model"] = name
                 out.append(r)
+                if "error" in r:
+                    log.error("%s %s %d thr bi=%d failed: %s", name, r["device"], th, bi, r["error"])
+                    continue
                 tv = r["t_verify"]
-                log.info("%-20s %s %2d thr bi=%d: T(1) %.2f ms, T(4) %.2f ms (%.2fx), T(8) %.2f ms",
-                         name, r["device"], th, bi, tv["1"] * 1e3, tv["4"] * 1e3, tv["4"] / tv["1"],
-                         tv[str(max_n)] * 1e3)
+                log.info("%-20s %s %2d thr bi=%d: T(1) %.2f ms, T(%d) %.2f ms (%.2fx)", name, r["device"], th, bi,
+                         tv["1"] * 1e3, max_n, tv[str(max_n)] * 1e3, tv[str(max_n)] / tv["1"])
     return out
 
 
@@ -133,10 +209,13 @@ def table(data: dict) -> str:
     rows = ["| model | device | threads | batch-inv. | T(1) ms | T(2)/T(1) | T(4)/T(1) | T(8)/T(1) |",
             "|---|---|---|---|---|---|---|---|"]
     for r in data["measurements"]:
+        if "error" in r:
+            rows.append(f"| {r['model']} | {r['device']} | {r['threads']} | {r['batch_invariant']} | failed |||| ")
+            continue
         tv = r["t_verify"]
         top = max(tv, key=int)
         rows.append(f"| {r['model']} | {r['device']} | {r['threads']} | {'yes' if r['batch_invariant'] else 'no'} "
-                    f"| {tv['1'] * 1e3:.2f} | {tv['2'] / tv['1']:.2f} | {tv['4'] / tv['1']:.2f} | "
+                    f"| {tv['1'] * 1e3:.2f} | {tv['2'] / tv['1']:.2f} | {tv.get('4', tv[top]) / tv['1']:.2f} | "
                     f"{tv[top] / tv['1']:.2f} |")
     return "\n".join(rows)
 
@@ -145,9 +224,9 @@ def run(skeletons: Path, work: Path, names: list[str], threads: list[int], gpu: 
         max_n: int = 8, repeats: int = 5, label: str = "") -> dict:
     t0 = time.perf_counter()
     models = synthesize(skeletons, work, names)
-    data = {"label": label or ("gpu" if gpu else "cpu"), "machine": machine_info(), "models": models,
-            "max_n": max_n, "repeats": repeats, "synth_s": time.perf_counter() - t0,
-            "measurements": measure(models, threads, gpu, max_n, repeats)}
+    data = {"label": label or ("gpu" if gpu else "cpu"), "models": models, "max_n": max_n, "repeats": repeats,
+            "synth_s": time.perf_counter() - t0, "measurements": measure(models, threads, gpu, max_n, repeats)}
+    data["machine"] = machine_info()
     data["wall_s"] = time.perf_counter() - t0
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
@@ -190,17 +269,28 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--one":  # child of measure_isolated
+        path, threads, gpu, bi, max_n, repeats, how = json.loads(sys.argv[2])
+        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")  # llama.cpp's last words
+        logging.getLogger("omnidraft.llama_cpp").setLevel(logging.INFO)
+        fn = measure_one if how == "engine" else measure_direct
+        print(json.dumps(fn(path, threads, gpu, bi, max_n, repeats)), flush=True)
+        return 0
     p = argparse.ArgumentParser(prog="python -m omnidraft.bench.device", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--skeletons", type=Path, required=True, help="folder of <name>.gguf.gz skeletons")
     p.add_argument("--work", type=Path, required=True, help="folder for the synthetic models")
     p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    p.add_argument("--synth-only", action="store_true", help="only build the synthetic models")
     add_arguments(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("omnidraft.llama_cpp").setLevel(logging.ERROR)
     logging.getLogger("gguf").setLevel(logging.WARNING)
     names = [x.strip() for x in args.models.split(",") if x.strip()]
+    if args.synth_only:
+        synthesize(args.skeletons, args.work, names)
+        return 0
     run(args.skeletons, args.work, names, [int(t) for t in args.threads.split(",")], args.gpu, args.out,
         args.max_n, args.repeats, args.label)
     return 0

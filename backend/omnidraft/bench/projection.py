@@ -1,0 +1,281 @@
+"""Predicted speedup of every method on other machines: their cost model x the acceptance measured here.
+
+    python -m omnidraft.bench.projection --results results/<tag>.json \\
+        --device results/device-cpu.json results/device-gpu.json --out results
+
+For each configuration of a benchmark run (``bench run``: per-config ``tokens``, ``drafted`` and the
+histogram of target-pass sizes), the time it would take on machine M is
+
+    sum_n hist[n] * T_M(n)  +  drafted * T_draft_M
+
+against ``tokens * T_M(1)`` for the target alone; the ratio is the predicted speedup.  Acceptance
+does not depend on the machine, so the histograms measured here carry over.  Adaptive runs chose
+their lengths from this machine's costs, so for them the table gives what the default cost
+policy (``DraftPolicy.expected_speed``) would choose on M instead.  The honesty check compares
+predicted with measured speedup on this machine, from the same results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from ..policy import DraftPolicy, PolicyConfig
+
+log = logging.getLogger(__name__)
+
+DRAFTER = "smollm2-135m"
+TOLERANCE = 0.10
+
+
+# ------------------------------------------------------------------ cost models
+def machines_of(device: dict) -> dict[str, dict]:
+    """Machine label -> {"desc", "t_verify": {model: {n: s}}, "t_draft_of": {model: s}} from a device JSON."""
+    out: dict[str, dict] = {}
+    m = device.get("machine", {})
+    desc = m.get("gpu") if device.get("label") == "gpu" else \
+        f"{m.get('lscpu_model_name', m.get('cpu', '?'))}, {m.get('cores', '?')} cores"
+    for r in device["measurements"]:
+        if "error" in r:
+            continue
+        label = "gpu" if r["device"] == "gpu" else f"cpu-{r['threads']}t"
+        mach = out.setdefault(label, {"desc": desc, "t_verify": {}, "t_draft_of": {}, "source": device.get("label")})
+        tv = {int(n): t for n, t in r["t_verify"].items()}
+        # targets: as the product runs them (batch-invariant); drafters: as they run (not), else whatever exists
+        if r["batch_invariant"] or r["model"] not in mach["t_verify"]:
+            mach["t_verify"][r["model"]] = tv
+        if not r["batch_invariant"] or r["model"] not in mach["t_draft_of"]:
+            mach["t_draft_of"][r["model"]] = tv[1]
+    return out
+
+
+def machine_here(run: dict, draft: str, desc: str) -> dict:
+    """The cost model a results run measured at start-up on this machine."""
+    cm = run["cost_model"]
+    return {"desc": desc, "source": "results", "t_verify": {run["target"]: {int(n): t for n, t in cm["t_verify"].items()}},
+            "t_draft_of": {draft: cm["t_draft"]}}
+
+
+def t_of(tv: dict[int, float], n: int) -> float:
+    """T(n), extrapolated linearly past the largest measured n."""
+    if n in tv:
+        return tv[n]
+    top = max(tv)
+    slope = tv[top] - tv.get(top - 1, tv[top])
+    return tv[top] + slope * (n - top)
+
+
+# ------------------------------------------------------------------ projection
+def predicted_speedup(res: dict, tv: dict[int, float], t_draft: float) -> float:
+    """Speedup of one configuration on a machine with target costs ``tv`` and drafter cost ``t_draft``."""
+    hist = {int(n): c for n, c in res["batch_hist"].items()}
+    cost = sum(c * t_of(tv, n) for n, c in hist.items()) + res.get("drafted", 0) * t_draft
+    base = res["tokens"] * tv[1]
+    return base / cost if cost else 0.0
+
+
+def fit_acceptance(tau: float, k: int) -> float:
+    """Per-position acceptance p with p + p^2 + ... + p^k = tau - 1 (i.i.d. fit of tokens per pass)."""
+    want = max(0.0, tau - 1.0)
+    if k <= 0 or want <= 0:
+        return 0.0
+    if want >= k:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        p = (lo + hi) / 2
+        if sum(p ** i for i in range(1, k + 1)) < want:
+            lo = p
+        else:
+            hi = p
+    return (lo + hi) / 2
+
+
+def policy_choice(p: float, tv: dict[int, float], t_draft: float, k_max: int) -> tuple[int, float]:
+    """The default cost policy's draft length on a machine, and its expected speedup over the target."""
+    pol = DraftPolicy(PolicyConfig(name="cost", k=k_max))
+    pol.seed_costs({n: t_of(tv, n) for n in range(1, k_max + 2)}, t_draft)
+    pol.acc = [p] * len(pol.acc)
+    speeds = [pol.expected_speed(k) for k in range(k_max + 1)]
+    best = max(range(k_max + 1), key=lambda k: speeds[k])
+    return best, speeds[best] / speeds[0]
+
+
+def _draft_model(method: str, data: dict) -> str | None:
+    if method == "prompt-lookup":
+        return None
+    if method == "same-vocab":
+        return data.get("settings", {}).get("same_vocab")
+    return data.get("draft", DRAFTER)
+
+
+def project(data: dict, machines: dict[str, dict]) -> list[dict]:
+    """One row per (run, configuration, machine), plus the cost policy's choice per (run, method, machine)."""
+    rows = []
+    for run in data["runs"]:
+        target = run["target"]
+        here = machine_here(run, data.get("draft", DRAFTER), _here_desc(data))
+        all_m = {"here": here, **machines}
+        fixed: dict[str, list[dict]] = {}
+        for label, res in run["results"].items():
+            if res.get("policy") == "fixed" and res.get("method") != "target":
+                fixed.setdefault(res["method"], []).append(res)
+            for mname, m in all_m.items():
+                tv = m["t_verify"].get(target)
+                dm = _draft_model(res.get("method", ""), data)
+                if tv is None or (dm is not None and dm not in m["t_draft_of"]):
+                    continue
+                td = m["t_draft_of"][dm] if dm else 0.0
+                rows.append({"run": _run_name(run), "config": label, "method": res.get("method"), "k": res.get("k"),
+                             "policy": res.get("policy"), "machine": mname, "tau": res.get("tau"),
+                             "predicted_speedup": predicted_speedup(res, tv, td),
+                             "measured_speedup_here": res.get("speedup")})
+        for method, confs in fixed.items():
+            k_max = max(c["k"] for c in confs)
+            ref = max(confs, key=lambda c: c["k"])
+            p = fit_acceptance(ref["tau"], k_max)
+            for mname, m in all_m.items():
+                tv = m["t_verify"].get(target)
+                dm = _draft_model(method, data)
+                if tv is None or (dm is not None and dm not in m["t_draft_of"]):
+                    continue
+                k, exp = policy_choice(p, tv, m["t_draft_of"][dm] if dm else 0.0, k_max)
+                chosen = next((c for c in confs if c["k"] == k), None)
+                rows.append({"run": _run_name(run), "config": f"{method} cost policy", "method": method, "k": k,
+                             "policy": "cost-projected", "machine": mname, "acceptance_fit": p,
+                             "expected_speedup": exp,
+                             "predicted_speedup": predicted_speedup(chosen, tv, m["t_draft_of"][dm] if dm else 0.0)
+                             if chosen else (1.0 if k == 0 else exp)})
+    return rows
+
+
+def honesty(data: dict, tolerance: float = TOLERANCE) -> list[dict]:
+    """Predicted (from this machine's cost model) vs measured speedup of every configuration, this machine."""
+    out = []
+    for run in data["runs"]:
+        here = machine_here(run, data.get("draft", DRAFTER), "")
+        tv = here["t_verify"][run["target"]]
+        for label, res in run["results"].items():
+            if res.get("method") == "target" or "speedup" not in res:
+                continue
+            dm = _draft_model(res.get("method", ""), data)
+            td = here["t_draft_of"].get(dm, 0.0) if dm else 0.0
+            # same-vocab's drafter is not the cost model's drafter: the runner's own prediction is the reference
+            pred = res.get("predicted_speedup") if res.get("method") == "same-vocab" else predicted_speedup(res, tv, td)
+            meas = res["speedup"]
+            err = pred / meas - 1.0 if meas else float("inf")
+            out.append({"run": _run_name(run), "config": label, "predicted": pred, "measured": meas,
+                        "runner_predicted": res.get("predicted_speedup"), "error": err,
+                        "within": abs(err) <= tolerance})
+    return out
+
+
+def _run_name(run: dict) -> str:
+    s = run.get("set")
+    name = s.get("name") if isinstance(s, dict) else str(s).split(" ")[0]
+    return f"{run['target']} / {name} / {run.get('mode', '')}"
+
+
+def _here_desc(data: dict) -> str:
+    m = data.get("machine", {})
+    return f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores (this machine)"
+
+
+# ------------------------------------------------------------------ tables
+def cost_table(machines: dict[str, dict], target: str, draft: str = DRAFTER) -> str:
+    rows = ["| machine | what | T_decode ms | T_verify(2) | T_verify(4) | T_verify(8) | T_draft ms |",
+            "|---|---|---|---|---|---|---|"]
+    for name, m in machines.items():
+        tv = m["t_verify"].get(target)
+        if not tv:
+            continue
+        td = m["t_draft_of"].get(draft)
+        r = [f"{t_of(tv, n) / tv[1]:.2f}x" for n in (2, 4, 8)]
+        rows.append(f"| {name} | {m['desc']} | {tv[1] * 1e3:.2f} | {r[0]} | {r[1]} | {r[2]} | "
+                    f"{td * 1e3:.2f} |" if td is not None else f"| {name} | {m['desc']} | {tv[1] * 1e3:.2f} | "
+                    f"{r[0]} | {r[1]} | {r[2]} | - |")
+    return "\n".join(rows)
+
+
+def speedup_table(rows: list[dict], run: str, machines: list[str]) -> str:
+    configs: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        if r["run"] == run:
+            configs.setdefault(r["config"], {})[r["machine"]] = r
+    head = "| config | measured here | " + " | ".join(machines) + " |"
+    out = [head, "|" + "---|" * (len(machines) + 2)]
+    for cfg, by_m in configs.items():
+        first = next(iter(by_m.values()))
+        meas = first.get("measured_speedup_here")
+        cells = []
+        for m in machines:
+            r = by_m.get(m)
+            if r is None:
+                cells.append("-")
+            elif r["policy"] == "cost-projected":
+                cells.append(f"k={r['k']}: {r['predicted_speedup']:.2f}x")
+            else:
+                cells.append(f"{r['predicted_speedup']:.2f}x")
+        out.append(f"| {cfg} | {f'{meas:.2f}x' if meas is not None else '-'} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def honesty_table(checks: list[dict]) -> str:
+    out = ["| run | config | predicted | measured | predicted / measured - 1 | within 10 % |", "|---|---|---|---|---|---|"]
+    for c in checks:
+        out.append(f"| {c['run']} | {c['config']} | {c['predicted']:.2f}x | {c['measured']:.2f}x | "
+                   f"{c['error'] * 100:+.1f} % | {'yes' if c['within'] else 'no'} |")
+    n = sum(c["within"] for c in checks)
+    out.append(f"\n{n} of {len(checks)} configurations within {TOLERANCE:.0%}.")
+    return "\n".join(out)
+
+
+def report(results: Path, devices: list[Path], out_dir: Path | None) -> dict:
+    data = json.loads(results.read_text())
+    machines: dict[str, dict] = {}
+    for d in devices:
+        machines.update(machines_of(json.loads(d.read_text())))
+    rows = project(data, machines)
+    checks = honesty(data)
+    md = [f"Results: `{results}`; cost models: " + ", ".join(f"`{d}`" for d in devices), ""]
+    for run in data["runs"]:
+        here = machine_here(run, data.get("draft", DRAFTER), _here_desc(data))
+        md += [f"### {_run_name(run)}", "", cost_table({"here": here, **machines}, run["target"]), "",
+               speedup_table(rows, _run_name(run), ["here", *machines]), ""]
+    md += ["### Honesty check (this machine: predicted from its cost model vs measured)", "", honesty_table(checks)]
+    text = "\n".join(md)
+    print(text)
+    out = {"results": str(results), "devices": [str(d) for d in devices], "machines": machines, "rows": rows,
+           "honesty": checks, "markdown": text}
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stem = out_dir / f"device-projection-{results.stem}"
+        Path(f"{stem}.json").write_text(json.dumps(out, indent=1, default=str))
+        Path(f"{stem}.md").write_text(text + "\n")
+        print(f"\nwrote {stem}.json and {stem}.md")
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", type=Path, required=True, help="a `bench run` JSON measured on this machine")
+    p.add_argument("--device", type=Path, nargs="+", default=[], help="cost-model JSONs from bench/device.py")
+    p.add_argument("--out", type=Path, default=None, help="folder for device-projection-<tag>.json/.md")
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    """Entry point for ``omnidraft bench project`` (wired in bench/cli.py)."""
+    report(args.results, args.device, args.out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m omnidraft.bench.projection", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    return cmd_project(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""Random-weight models of a real model's shapes (gguf_tools.synth) and the projection arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gguf_tools import synth
+from gguf_tools.inspect import read
+from gguf_helpers import tiny_gguf
+
+pytest.importorskip("torch")
+
+
+def _kv(path):
+    return {k: v for k, v, *_ in synth._kvs(read(path))}
+
+
+def test_skeleton_keeps_metadata_and_shapes_without_weights(tmp_path_factory, tmp_path):
+    real = tiny_gguf(tmp_path_factory, "llama", quant="q8_0")
+    skel = synth.skeleton(real, tmp_path / "s.gguf.gz")
+    assert skel.stat().st_size < real.stat().st_size
+    d = synth.describe(skel)
+    assert d["arch"] == "llama" and d["source"]["bytes"] == real.stat().st_size
+    assert [t[0] for t in d["tensors"]] == [t.name for t in read(real).tensors]
+    assert synth.qtype_of(skel) == "q8_0"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_synthetic_model_matches_real_and_decodes(tmp_path_factory, tmp_path, arch):
+    from omnidraft.engine import Engine, EngineConfig
+
+    real = tiny_gguf(tmp_path_factory, arch, quant="q8_0")
+    skel = synth.skeleton(real, tmp_path / "s.gguf.gz")
+    out = synth.build(skel, tmp_path / "syn.gguf", seed=3)
+    assert synth.compare(real, out) == []
+    real_kv, syn_kv = _kv(real), _kv(out)
+    assert {k: v for k, v in real_kv.items() if k != "general.file_type"} == \
+        {k: v for k, v in syn_kv.items() if k != "general.file_type"}
+    with Engine(out, EngineConfig(n_ctx=64, n_threads=1)) as eng:
+        logits = eng.decode(eng.tokenize("def f(x): return x"), "all")
+        assert np.isfinite(logits).all() and logits.std() > 0
+
+
+def test_synthetic_smollm2_same_tensors_as_shipped(tmp_path):
+    from omnidraft import models
+
+    try:
+        real = models.resolve("smollm2-135m")
+    except Exception:
+        pytest.skip("smollm2-135m not cached")
+    if not real.exists():
+        pytest.skip("smollm2-135m not cached")
+    out = synth.build(synth.skeleton(real, tmp_path / "s.gguf.gz"), tmp_path / "syn.gguf")
+    assert synth.compare(real, out) == []
+    assert out.stat().st_size == real.stat().st_size
+
+
+def test_compare_reports_differences(tmp_path_factory):
+    a = tiny_gguf(tmp_path_factory, "llama", quant="q8_0")
+    b = tiny_gguf(tmp_path_factory, "llama")
+    assert any("Q8_0" in d for d in synth.compare(a, b))
+
+
+# ------------------------------------------------------------------ projection arithmetic, no model
+def test_projection_speedup_and_policy():
+    from omnidraft.bench import projection as pj
+
+    tv = {n: 0.010 + 0.001 * (n - 1) for n in range(1, 9)}  # bandwidth-bound: a pass of 5 costs 1.4x one
+    res = {"tokens": 30, "drafted": 40, "batch_hist": {"5": 10}}  # k=4, 3 tokens per pass
+    assert pj.predicted_speedup(res, tv, 0.001) == pytest.approx(30 * 0.010 / (10 * 0.014 + 40 * 0.001))
+    assert pj.predicted_speedup({"tokens": 7, "batch_hist": {"1": 7}}, tv, 0.0) == pytest.approx(1.0)
+    p = pj.fit_acceptance(3.0, 4)
+    assert p + p**2 + p**3 + p**4 == pytest.approx(2.0)
+    k, exp = pj.policy_choice(p, tv, 0.001, 4)
+    assert k > 0 and exp > 1.0
+    compute_bound = {n: 0.010 * n for n in range(1, 9)}
+    assert pj.policy_choice(p, compute_bound, 0.003, 4)[0] == 0
+    assert pj.t_of({1: 1.0, 2: 2.0}, 4) == pytest.approx(4.0)
