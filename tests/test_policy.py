@@ -67,8 +67,17 @@ def test_cost_policy_stops_drafting_when_speculation_cannot_pay():
     # verification of n tokens costs n single decodes and drafting is not free: never worth it
     pol = DraftPolicy(PolicyConfig(name="cost", k=4))
     pol.seed_costs({n: 0.02 * n for n in range(1, 7)}, 0.008)
-    ks = [pol.choose_k(10) for _ in range(200)]
-    assert sum(k > 0 for k in ks) <= 12  # only the back-off probes
+    assert pol.ceiling(4) < 1.0
+    assert all(pol.choose_k(10) == 0 for _ in range(200))  # not even probes: it cannot pay at 100 %
+    # cheap verification but a drafter that is never accepted: only back-off probes
+    pol = DraftPolicy(PolicyConfig(name="cost", k=4))
+    pol.seed_costs({n: 0.02 + 0.004 * n for n in range(1, 7)}, 0.004)
+    for _ in range(300):
+        k = pol.choose_k(10)
+        if k:
+            pol.observe(k, 0, 0.02 + 0.004 * (k + 1), 0.004 * k, k)
+    probes = sum(1 for k in pol.chosen if k > 0)
+    assert 0 < probes <= 16
     # ... and drafts when verification is nearly free (a GPU- or phone-like cost model)
     pol = DraftPolicy(PolicyConfig(name="cost", k=4))
     pol.seed_costs({n: 0.02 + 0.001 * n for n in range(1, 7)}, 0.002)

@@ -59,6 +59,8 @@ class DraftPolicy:
         k = min(self.cfg.k, limit)
         if self.cfg.name != "cost" or k <= 0 or not self._calibrated():
             return max(k, 0)
+        if self.ceiling(k) < 1.0:
+            return 0  # even if every drafted token were accepted, this machine would be slower: never probe
         best = self._best_k(k)
         if best > 0:
             self._gap = self.cfg.probe_every
@@ -96,6 +98,15 @@ class DraftPolicy:
             tokens += reach
         cost = self.t_verify[k + 1] + k * self.t_draft
         return tokens / cost if cost > 0 else 0.0
+
+    def ceiling(self, k_max: int) -> float:
+        """Best speedup over the target alone at 100 % acceptance, from the measured timings."""
+        base = self.t_verify[1]
+        best = 0.0
+        for k in range(1, k_max + 1):
+            if self.n_verify[k + 1]:
+                best = max(best, (k + 1) * base / (self.t_verify[k + 1] + k * self.t_draft))
+        return best if best else float("inf")  # nothing measured yet: do not rule speculation out
 
     def _best_k(self, k_max: int) -> int:
         speeds = [self.expected_speed(k) if self.n_verify[k + 1] or k == 0 else 0.0 for k in range(k_max + 1)]
