@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from tqdm import tqdm
 
 from .. import models
-from ..costmodel import CostModel
+from ..costmodel import CostModel, time_passes
 from ..engine import Engine, EngineConfig
 from ..generator import Final, GenerationParams, Generator
 from ..methods import PairContext, make_drafter
@@ -110,6 +110,7 @@ class BenchContext:
         self.session = session
         self.pair = session.pair
         self.same_pair: PairContext | None = None
+        self._same_t_draft: float | None = None
         if same_vocab_draft:
             s = session.settings
             eng = Engine(models.resolve(same_vocab_draft),
@@ -129,6 +130,16 @@ class BenchContext:
             gen.policy.seed_costs(cm.t_verify, t_draft)
         return gen
 
+    def cost_for(self, cfg: Config, cost: CostModel) -> CostModel:
+        """The run's cost model, with the drafter time of the drafter this configuration uses."""
+        if cfg.method == "prompt-lookup":
+            return CostModel(cost.t_verify, 0.0)
+        if cfg.method == "same-vocab" and self.same_pair is not None:
+            if self._same_t_draft is None:
+                self._same_t_draft = time_passes(self.same_pair.draft, range(1, 2))[1]
+            return CostModel(cost.t_verify, self._same_t_draft)
+        return cost
+
     def close(self) -> None:
         if self.same_pair is not None:
             self.same_pair.draft.close()
@@ -139,6 +150,7 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
     """Every config on every item, interleaved; returns per-config summaries keyed by label."""
     gens = {c.label: ctx.generator(c) for c in configs}
     tallies = {c.label: Tally() for c in configs}
+    costs = {c.label: ctx.cost_for(c, cost) for c in configs}
     bar = tqdm(total=len(items) * len(configs), desc="bench", disable=not progress, leave=False)
     for i, item in enumerate(items):
         order = configs[i % len(configs):] + configs[: i % len(configs)]
@@ -146,11 +158,11 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
             gen = gens[c.label]
             prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
                 else gen.prompt_from_text(item.prompt)
-            tallies[c.label].add(gen.generate(prompt, params), cost)
+            tallies[c.label].add(gen.generate(prompt, params), costs[c.label])
             bar.update(1)
     bar.close()
     base = tallies.get("target")
-    out = {label: t.summary(base, cost) for label, t in tallies.items()}
+    out = {label: t.summary(base, costs[label]) for label, t in tallies.items()}
     for c in configs:
         out[c.label].update(method=c.method, k=c.k, policy=c.policy)
         if c.policy != "fixed" and c.method != "target":
