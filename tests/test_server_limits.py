@@ -22,7 +22,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     with serve_process(tmp_path_factory.mktemp("limits"), "--queue-size", "1", "--http-threads", "8",
-                       "--api-key", KEY, "--cors-origin", ORIGIN, "--request-timeout-s", "4") as url:
+                       "--api-key", KEY, "--cors-origin", ORIGIN, "--request-timeout-s", "8") as url:
         yield url
 
 
@@ -72,7 +72,7 @@ def test_timeout_returns_partial_text_with_length(server):
     body = {"prompt": "1, 2, 3, 4, 5,", "max_tokens": 1500, "temperature": 0}
     t0 = time.monotonic()
     r = requests.post(server + "/v1/completions", json=body, headers=AUTH, timeout=60)
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 30  # timeout 8 s + slack for a loaded 2-core machine
     d = r.json()
     assert r.status_code == 200 and d["choices"][0]["finish_reason"] == "length"
     assert d["choices"][0]["text"] and d["omnidraft"]["timed_out"] is True
