@@ -65,3 +65,21 @@ def test_target_method_matches_reference_and_counts_passes(default_session, refe
     assert final.token_ids == references[0]
     assert final.stats.target_passes == len(final.token_ids) or final.finish_reason == "stop"
     assert final.stats.tau == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.parametrize("policy", ["gamma", "threshold"])
+def test_adaptive_drafting_stays_lossless(default_session, references, policy):
+    """Drafts stopped early by the predictor (gamma) or by confidence (threshold): same output."""
+    from omnidraft.generator import Generator
+    from omnidraft.methods import make_drafter
+    from omnidraft.policy import PolicyConfig
+
+    gen = Generator(default_session.target, make_drafter("omnidraft", default_session.pair),
+                    PolicyConfig(name=policy, k=6), "omnidraft", default_session.max_verify_batch)
+    lengths = set()
+    for i, (_, p, chat) in enumerate(PROMPTS[::4]):
+        final = gen.generate(_prompt(gen, p, chat), GenerationParams(max_tokens=MAX_TOKENS))
+        lengths.update(final.stats.draft_lengths)
+        assert final.token_ids == references[i * 4], p[:40]
+    assert len(lengths - {0}) >= 2  # it really varied the draft length
+    assert max(lengths) <= 6
