@@ -205,6 +205,19 @@ def _tokenizer_kv(hp: HParams, vocab_from: str | os.PathLike | None, hf_dir: Pat
     return hf_tokenizer.tokenizer_kv(hf_dir, hp.arch, hp.vocab_size)
 
 
+def field_kv(key: str, f) -> KV:
+    """One GGUFReader field as (key, value, type, array element type); strings stay raw bytes."""
+    vtype = f.types[0]
+    if vtype == gguf.GGUFValueType.ARRAY:
+        sub = f.types[-1]
+        if sub == gguf.GGUFValueType.STRING:
+            return key, [bytes(f.parts[i]) for i in f.data], vtype, sub  # raw bytes: no UTF-8 round trip
+        return key, [x for i in f.data for x in f.parts[i].tolist()], vtype, sub
+    if vtype == gguf.GGUFValueType.STRING:
+        return key, bytes(f.parts[-1]), vtype, None
+    return key, f.parts[-1].tolist()[0], vtype, None
+
+
 def copy_tokenizer_kv(path: str | os.PathLike) -> list[KV]:
     """Every ``tokenizer.*`` KV (tokens, merges, scores, types, special ids, chat template) of a GGUF."""
     r = read(path)
@@ -212,18 +225,7 @@ def copy_tokenizer_kv(path: str | os.PathLike) -> list[KV]:
     for key, f in r.fields.items():
         if not key.startswith("tokenizer."):
             continue
-        vtype = f.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            sub = f.types[-1]
-            if sub == gguf.GGUFValueType.STRING:
-                val = [bytes(f.parts[i]) for i in f.data]  # raw bytes: no UTF-8 round trip
-            else:
-                val = [x for i in f.data for x in f.parts[i].tolist()]
-            out.append((key, val, vtype, sub))
-        elif vtype == gguf.GGUFValueType.STRING:
-            out.append((key, bytes(f.parts[-1]), vtype, None))
-        else:
-            out.append((key, f.parts[-1].tolist()[0], vtype, None))
+        out.append(field_kv(key, f))
     if not any(k == gguf.Keys.Tokenizer.LIST for k, *_ in out):
         raise InvalidModelFile(f"{path}: has no tokenizer.ggml.tokens; cannot copy a vocabulary from it")
     return out

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import gguf
+
+from .convert import field_kv
 import numpy as np
 
 from omnidraft.errors import InvalidModelFile
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 TENSORS_KEY = "omnidraft.synth.tensors"  # JSON: [[name, [ne0, ne1, ...], ggml type name], ...]
 SOURCE_KEY = "omnidraft.synth.source"  # JSON: file name, size, file type of the real model
 _SKIP = ("GGUF.", "general.architecture", "general.alignment", TENSORS_KEY, SOURCE_KEY)
+
 _STD = 0.02
 KV = tuple[str, Any, gguf.GGUFValueType, "gguf.GGUFValueType | None"]
 
@@ -47,18 +50,7 @@ def _kvs(reader: gguf.GGUFReader) -> list[KV]:
     for key, f in reader.fields.items():
         if key.startswith(_SKIP):
             continue
-        vtype = f.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            sub = f.types[-1]
-            if sub == gguf.GGUFValueType.STRING:
-                val = [bytes(f.parts[i]) for i in f.data]
-            else:
-                val = [x for i in f.data for x in f.parts[i].tolist()]
-            out.append((key, val, vtype, sub))
-        elif vtype == gguf.GGUFValueType.STRING:
-            out.append((key, bytes(f.parts[-1]), vtype, None))
-        else:
-            out.append((key, f.parts[-1].tolist()[0], vtype, None))
+        out.append(field_kv(key, f))
     return out
 
 
