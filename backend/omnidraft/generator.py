@@ -192,12 +192,13 @@ class Generator:
         t_prev = ids[-1]
         finish = "length"
         while len(out) < max_new:
-            step, new, done = self._step(t_prev, len(out), max_new, params, sp, uniforms, rng)
+            step, new = self._step(t_prev, len(out), max_new, params, sp, uniforms, rng)
             steps.append(step)
             self._tally(stats, step)
             eog_at = next((i for i, tok in enumerate(new) if tok in t.eog_ids), None)
-            if eog_at is not None:
-                new, done = new[:eog_at], True
+            done = eog_at is not None  # an end-of-generation token ends the text before it
+            if done:
+                new = new[:eog_at]
             out.extend(new)
             n_acc_text = min(step.accepted, len(new))
             yield from text.push(t.detokenize(new[:n_acc_text]), True)
@@ -214,7 +215,7 @@ class Generator:
         yield Final(text.text, out, finish, stats, steps)
 
     def _step(self, t_prev: int, n_out: int, max_new: int, params: GenerationParams, sp: SamplingParams,
-              uniforms: np.ndarray, rng: np.random.Generator) -> tuple[StepRecord, list[int], bool]:
+              uniforms: np.ndarray, rng: np.random.Generator) -> tuple[StepRecord, list[int]]:
         t = self.target
         s0 = time.perf_counter()
         limit = min(max_new - n_out - 1, t.n_ctx - t.n_past - 2, self.max_verify_batch - 1)
@@ -246,7 +247,7 @@ class Generator:
         topk = [_topk(logits[i], params.record_topk) for i in range(n_acc + 1)] if params.record_topk else []
         rec = StepRecord(len(cands), n_acc, drafted, sum(ng), sum(ng[:n_acc]), new, d_s, tr_s, v_s,
                          time.perf_counter() - s0, topk)
-        return rec, new, False
+        return rec, new
 
     def _verify(self, cands: Candidates, logits: np.ndarray, params: GenerationParams, sp: SamplingParams,
                 uniforms: np.ndarray, rng: np.random.Generator) -> tuple[int, int]:
