@@ -22,8 +22,9 @@ def test_prompt_sets_are_deterministic_and_split_by_module():
 
 
 def test_bench_run_writes_json_markdown_and_plots(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "omnidraft.cli", "bench", "run", "--threads", "2", "--sets", "humaneval",
-                        "--n", "1", "--max-tokens", "8", "--ks", "2", "--methods", "target,omnidraft,prompt-lookup",
+    r = subprocess.run([sys.executable, "-m", "omnidraft.cli", "bench", "run", "--threads", "2",
+                        "--targets", "qwen2.5-coder-0.5b", "--sets", "humaneval", "--n", "1",
+                        "--max-tokens", "8", "--ks", "2", "--methods", "target,omnidraft,prompt-lookup",
                         "--out", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     js = list(tmp_path.glob("*.json"))
