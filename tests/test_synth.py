@@ -67,13 +67,19 @@ def test_projection_speedup_and_policy():
     from omnidraft.bench import projection as pj
 
     tv = {n: 0.010 + 0.001 * (n - 1) for n in range(1, 9)}  # bandwidth-bound: a pass of 5 costs 1.4x one
-    res = {"tokens": 30, "drafted": 40, "batch_hist": {"5": 10}}  # k=4, 3 tokens per pass
-    assert pj.predicted_speedup(res, tv, 0.001) == pytest.approx(30 * 0.010 / (10 * 0.014 + 40 * 0.001))
-    assert pj.predicted_speedup({"tokens": 7, "batch_hist": {"1": 7}}, tv, 0.0) == pytest.approx(1.0)
+    td = {1: 0.001, 2: 0.0015, 3: 0.002}
+    res = {"tokens": 30, "drafted": 40, "batch_hist": {"5": 10}}  # k=4, 3 tokens per pass; no pass sizes
+    assert pj.predicted_speedup(res, tv, td) == pytest.approx(30 * 0.010 / (10 * 0.014 + 40 * 0.001))
+    # with drafter pass sizes: each step's first pass ingests the target's last 2 tokens
+    res["draft_pass_hist"] = {"2": 10, "1": 30}
+    assert pj.predicted_speedup(res, tv, td) == pytest.approx(30 * 0.010 / (10 * 0.014 + 10 * 0.0015 + 30 * 0.001))
+    res["draft_pass_hist"] = {"5": 10}  # past the table: extrapolated from its last two sizes
+    assert pj.predicted_speedup(res, tv, td) == pytest.approx(30 * 0.010 / (10 * 0.014 + 10 * 0.003))
+    assert pj.predicted_speedup({"tokens": 7, "batch_hist": {"1": 7}}, tv, None) == pytest.approx(1.0)
     p = pj.fit_acceptance(3.0, 4)
     assert p + p**2 + p**3 + p**4 == pytest.approx(2.0)
-    k, exp = pj.policy_choice(p, tv, 0.001, 4)
+    k, exp = pj.policy_choice(p, tv, td, 4)
     assert k > 0 and exp > 1.0
     compute_bound = {n: 0.010 * n for n in range(1, 9)}
-    assert pj.policy_choice(p, compute_bound, 0.003, 4)[0] == 0
+    assert pj.policy_choice(p, compute_bound, {1: 0.003}, 4)[0] == 0
     assert pj.t_of({1: 1.0, 2: 2.0}, 4) == pytest.approx(4.0)

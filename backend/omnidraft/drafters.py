@@ -39,6 +39,12 @@ class DraftCounters:
     translate_s: float = 0.0
     per_position_proposed: list[int] = field(default_factory=lambda: [0] * 16)
     per_position_accepted: list[int] = field(default_factory=lambda: [0] * 16)
+    # drafter decodes by tokens fed: the first of a step also ingests the target's last tokens,
+    # so it costs more than a one-token decode; the cost model prices each size separately
+    pass_hist: dict[int, int] = field(default_factory=dict)
+
+    def record_pass(self, n_tokens: int) -> None:
+        self.pass_hist[n_tokens] = self.pass_hist.get(n_tokens, 0) + 1
 
     def record(self, proposed: int, accepted: int) -> None:
         self.proposed += proposed
@@ -49,6 +55,7 @@ class DraftCounters:
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
+        d["pass_hist"] = dict(self.pass_hist)
         d["acceptance_rate"] = self.accepted / self.proposed if self.proposed else 0.0
         return d
 
@@ -117,9 +124,11 @@ class ModelDrafter:
         probs: list[float] = []
         feats: list[DraftFeatures] = []
         flags = getattr(self.translator, "token_flags", None)
+        c = self.counters
         try:
             for depth in range(k):
                 row = self.engine.decode(todo, "last")[0]
+                c.record_pass(len(todo))
                 if self._bias is not None:
                     row = row + self._bias
                 d = int(np.argmax(row))
@@ -141,7 +150,6 @@ class ModelDrafter:
         cands = self.translator.translate(self.last)
         cands.draft_features = feats
         t2 = time.perf_counter()
-        c = self.counters
         c.drafts += 1
         c.drafted_tokens += len(ids)
         c.draft_s += t1 - t0

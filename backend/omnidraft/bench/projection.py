@@ -3,10 +3,12 @@
     python -m omnidraft.bench.projection --results results/<tag>.json \\
         --device results/device-cpu.json results/device-gpu.json --out results
 
-For each configuration of a benchmark run (``bench run``: per-config ``tokens``, ``drafted`` and the
-histogram of target-pass sizes), the time it would take on machine M is
+For each configuration of a benchmark run (``bench run``: per-config ``tokens``, the histogram of
+target-pass sizes and the histogram of drafter-pass sizes), the time it would take on machine M is
 
-    sum_n hist[n] * T_M(n)  +  drafted * T_draft_M
+    sum_n hist[n] * T_M(n)  +  sum_m draft_hist[m] * Tdraft_M(m)
+
+(``costmodel.predicted_time``; a step's first drafter pass also ingests the target's last tokens)
 
 against ``tokens * T_M(1)`` for the target alone; the ratio is the predicted speedup.  Acceptance
 does not depend on the machine, so the histograms measured here carry over.  Adaptive runs chose
@@ -22,6 +24,7 @@ import json
 import logging
 from pathlib import Path
 
+from ..costmodel import predicted_time, t_of
 from ..policy import DraftPolicy, PolicyConfig
 
 log = logging.getLogger(__name__)
@@ -32,7 +35,7 @@ TOLERANCE = 0.10
 
 # ------------------------------------------------------------------ cost models
 def machines_of(device: dict) -> dict[str, dict]:
-    """Machine label -> {"desc", "t_verify": {model: {n: s}}, "t_draft_of": {model: s}} from a device JSON."""
+    """Machine label -> {"desc", "t_verify": {model: {n: s}}, "t_draft_of": {model: {n: s}}} from a device JSON."""
     out: dict[str, dict] = {}
     m = device.get("machine", {})
     desc = m.get("gpu") if device.get("label") == "gpu" else \
@@ -47,33 +50,23 @@ def machines_of(device: dict) -> dict[str, dict]:
         if r["batch_invariant"] or r["model"] not in mach["t_verify"]:
             mach["t_verify"][r["model"]] = tv
         if not r["batch_invariant"] or r["model"] not in mach["t_draft_of"]:
-            mach["t_draft_of"][r["model"]] = tv[1]
+            mach["t_draft_of"][r["model"]] = tv
     return out
 
 
 def machine_here(run: dict, draft: str, desc: str) -> dict:
     """The cost model a results run measured at start-up on this machine."""
     cm = run["cost_model"]
+    td = {int(n): t for n, t in cm.get("t_draft_n", {}).items()} or {1: cm["t_draft"]}
     return {"desc": desc, "source": "results", "t_verify": {run["target"]: {int(n): t for n, t in cm["t_verify"].items()}},
-            "t_draft_of": {draft: cm["t_draft"]}}
-
-
-def t_of(tv: dict[int, float], n: int) -> float:
-    """T(n), extrapolated linearly past the largest measured n."""
-    if n in tv:
-        return tv[n]
-    top = max(tv)
-    slope = tv[top] - tv.get(top - 1, tv[top])
-    return tv[top] + slope * (n - top)
+            "t_draft_of": {draft: td}}
 
 
 # ------------------------------------------------------------------ projection
-def predicted_speedup(res: dict, tv: dict[int, float], t_draft: float) -> float:
-    """Speedup of one configuration on a machine with target costs ``tv`` and drafter cost ``t_draft``."""
-    hist = {int(n): c for n, c in res["batch_hist"].items()}
-    cost = sum(c * t_of(tv, n) for n, c in hist.items()) + res.get("drafted", 0) * t_draft
-    base = res["tokens"] * tv[1]
-    return base / cost if cost else 0.0
+def predicted_speedup(res: dict, tv: dict[int, float], t_draft: dict[int, float] | None) -> float:
+    """Speedup of one configuration on a machine with target costs ``tv`` and drafter costs ``t_draft``."""
+    cost = predicted_time(res["batch_hist"], tv, res.get("draft_pass_hist"), t_draft, res.get("drafted", 0))
+    return res["tokens"] * tv[1] / cost if cost else 0.0
 
 
 def fit_acceptance(tau: float, k: int) -> float:
@@ -93,10 +86,10 @@ def fit_acceptance(tau: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def policy_choice(p: float, tv: dict[int, float], t_draft: float, k_max: int) -> tuple[int, float]:
+def policy_choice(p: float, tv: dict[int, float], t_draft: dict[int, float] | None, k_max: int) -> tuple[int, float]:
     """The default cost policy's draft length on a machine, and its expected speedup over the target."""
     pol = DraftPolicy(PolicyConfig(name="cost", k=k_max))
-    pol.seed_costs({n: t_of(tv, n) for n in range(1, k_max + 2)}, t_draft)
+    pol.seed_costs({n: t_of(tv, n) for n in range(1, k_max + 2)}, t_draft[1] if t_draft else 0.0)
     pol.acc = [p] * len(pol.acc)
     speeds = [pol.expected_speed(k) for k in range(k_max + 1)]
     best = max(range(k_max + 1), key=lambda k: speeds[k])
@@ -127,7 +120,7 @@ def project(data: dict, machines: dict[str, dict]) -> list[dict]:
                 dm = _draft_model(res.get("method", ""), data)
                 if tv is None or (dm is not None and dm not in m["t_draft_of"]):
                     continue
-                td = m["t_draft_of"][dm] if dm else 0.0
+                td = m["t_draft_of"][dm] if dm else None
                 rows.append({"run": _run_name(run), "config": label, "method": res.get("method"), "k": res.get("k"),
                              "policy": res.get("policy"), "machine": mname, "tau": res.get("tau"),
                              "predicted_speedup": predicted_speedup(res, tv, td),
@@ -141,12 +134,13 @@ def project(data: dict, machines: dict[str, dict]) -> list[dict]:
                 dm = _draft_model(method, data)
                 if tv is None or (dm is not None and dm not in m["t_draft_of"]):
                     continue
-                k, exp = policy_choice(p, tv, m["t_draft_of"][dm] if dm else 0.0, k_max)
+                td = m["t_draft_of"][dm] if dm else None
+                k, exp = policy_choice(p, tv, td, k_max)
                 chosen = next((c for c in confs if c["k"] == k), None)
                 rows.append({"run": _run_name(run), "config": f"{method} cost policy", "method": method, "k": k,
                              "policy": "cost-projected", "machine": mname, "acceptance_fit": p,
                              "expected_speedup": exp,
-                             "predicted_speedup": predicted_speedup(chosen, tv, m["t_draft_of"][dm] if dm else 0.0)
+                             "predicted_speedup": predicted_speedup(chosen, tv, td)
                              if chosen else (1.0 if k == 0 else exp)})
     return rows
 
@@ -161,7 +155,7 @@ def honesty(data: dict, tolerance: float = TOLERANCE) -> list[dict]:
             if res.get("method") == "target" or "speedup" not in res:
                 continue
             dm = _draft_model(res.get("method", ""), data)
-            td = here["t_draft_of"].get(dm, 0.0) if dm else 0.0
+            td = here["t_draft_of"].get(dm) if dm else None
             # same-vocab's drafter is not the cost model's drafter: the runner's own prediction is the reference
             pred = res.get("predicted_speedup") if res.get("method") == "same-vocab" else predicted_speedup(res, tv, td)
             meas = res["speedup"]
@@ -185,17 +179,16 @@ def _here_desc(data: dict) -> str:
 
 # ------------------------------------------------------------------ tables
 def cost_table(machines: dict[str, dict], target: str, draft: str = DRAFTER) -> str:
-    rows = ["| machine | what | T_decode ms | T_verify(2) | T_verify(4) | T_verify(8) | T_draft ms |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| machine | what | T_decode ms | T_verify(2) | T_verify(4) | T_verify(8) | T_draft ms | "
+            "T_draft(3) |", "|---|---|---|---|---|---|---|---|"]
     for name, m in machines.items():
         tv = m["t_verify"].get(target)
         if not tv:
             continue
         td = m["t_draft_of"].get(draft)
         r = [f"{t_of(tv, n) / tv[1]:.2f}x" for n in (2, 4, 8)]
-        rows.append(f"| {name} | {m['desc']} | {tv[1] * 1e3:.2f} | {r[0]} | {r[1]} | {r[2]} | "
-                    f"{td * 1e3:.2f} |" if td is not None else f"| {name} | {m['desc']} | {tv[1] * 1e3:.2f} | "
-                    f"{r[0]} | {r[1]} | {r[2]} | - |")
+        d = [f"{td[1] * 1e3:.2f}", f"{td[3] / td[1]:.2f}x" if 3 in td else "-"] if td else ["-", "-"]
+        rows.append(f"| {name} | {m['desc']} | {tv[1] * 1e3:.2f} | {' | '.join(r)} | {' | '.join(d)} |")
     return "\n".join(rows)
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from tqdm import tqdm
 
 from .. import models
-from ..costmodel import CostModel, time_passes
+from ..costmodel import CostModel, predicted_time, time_passes
 from ..engine import Engine, EngineConfig
 from ..generator import Final, GenerationParams, Generator
 from ..methods import PairContext, make_drafter
@@ -58,11 +58,11 @@ class Tally:
     draft_s: float = 0.0
     translate_s: float = 0.0
     verify_s: float = 0.0
-    predicted_s: float = 0.0  # from the cost model and this run's per-step batch sizes
-    batch_hist: dict[int, int] = field(default_factory=dict)
+    batch_hist: dict[int, int] = field(default_factory=dict)  # target passes by tokens verified
+    draft_pass_hist: dict[int, int] = field(default_factory=dict)  # drafter decodes by tokens fed
     outputs: list[list[int]] = field(default_factory=list)
 
-    def add(self, final: Final, cost: CostModel) -> None:
+    def add(self, final: Final) -> None:
         st = final.stats
         self.prompts += 1
         self.tokens += st.completion_tokens
@@ -78,7 +78,6 @@ class Tally:
             n = s.proposed + 1
             self.batch_hist[n] = self.batch_hist.get(n, 0) + 1
             self.drafted += s.drafted
-            self.predicted_s += cost.t_verify.get(n, max(cost.t_verify.values())) + s.drafted * cost.t_draft
         self.outputs.append(final.token_ids)
 
     def summary(self, baseline: "Tally | None", cost: CostModel) -> dict:
@@ -95,9 +94,10 @@ class Tally:
         )
         if baseline is not None and baseline.gen_s and self.gen_s:
             d["speedup"] = (self.tokens / self.gen_s) / (baseline.tokens / baseline.gen_s)
-            base_pred = baseline.tokens * cost.t_verify[1]
-            d["predicted_speedup"] = (self.tokens / self.predicted_s) / (baseline.tokens / base_pred) \
-                if self.predicted_s else 0.0
+            pred_s = predicted_time(self.batch_hist, cost.t_verify, self.draft_pass_hist, cost.draft_table(),
+                                    self.drafted)
+            d["predicted_s"] = pred_s
+            d["predicted_speedup"] = (self.tokens / pred_s) / (1.0 / cost.t_verify[1]) if pred_s else 0.0
             d["measured_over_predicted"] = d["speedup"] / d["predicted_speedup"] if d["predicted_speedup"] else 0.0
             d["same_output_as_target"] = self.outputs == baseline.outputs
         return d
@@ -110,7 +110,7 @@ class BenchContext:
         self.session = session
         self.pair = session.pair
         self.same_pair: PairContext | None = None
-        self._same_t_draft: float | None = None
+        self._same_t_draft: dict[int, float] | None = None
         if same_vocab_draft:
             s = session.settings
             eng = Engine(models.resolve(same_vocab_draft),
@@ -125,9 +125,8 @@ class BenchContext:
         policy = PolicyConfig(name=cfg.policy, k=max(cfg.k, 1) if cfg.method != "target" else 0)
         gen = Generator(self.session.target, drafter, policy, cfg.method, self.session.max_verify_batch)
         if cfg.policy == "cost" and cfg.method != "target":
-            cm = self.session.measure_costs()
-            t_draft = 0.0 if cfg.method == "prompt-lookup" else cm.t_draft
-            gen.policy.seed_costs(cm.t_verify, t_draft)
+            cm = self.cost_for(cfg, self.session.measure_costs())
+            gen.policy.seed_costs(cm.t_verify, cm.t_draft)
         return gen
 
     def cost_for(self, cfg: Config, cost: CostModel) -> CostModel:
@@ -136,8 +135,8 @@ class BenchContext:
             return CostModel(cost.t_verify, 0.0)
         if cfg.method == "same-vocab" and self.same_pair is not None:
             if self._same_t_draft is None:
-                self._same_t_draft = time_passes(self.same_pair.draft, range(1, 2))[1]
-            return CostModel(cost.t_verify, self._same_t_draft)
+                self._same_t_draft = time_passes(self.same_pair.draft, range(1, 5))
+            return CostModel(cost.t_verify, self._same_t_draft[1], self._same_t_draft)
         return cost
 
     def close(self) -> None:
@@ -158,9 +157,12 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
             gen = gens[c.label]
             prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
                 else gen.prompt_from_text(item.prompt)
-            tallies[c.label].add(gen.generate(prompt, params), costs[c.label])
+            tallies[c.label].add(gen.generate(prompt, params))
             bar.update(1)
     bar.close()
+    for c in configs:
+        if gens[c.label].drafter is not None:
+            tallies[c.label].draft_pass_hist = dict(gens[c.label].drafter.counters.pass_hist)
     base = tallies.get("target")
     out = {label: t.summary(base, costs[label]) for label, t in tallies.items()}
     for c in configs:
