@@ -69,6 +69,11 @@ def test_cost_policy_stops_drafting_when_speculation_cannot_pay():
     pol.seed_costs({n: 0.02 * n for n in range(1, 7)}, 0.008)
     assert pol.ceiling(4) < 1.0
     assert all(pol.choose_k(10) == 0 for _ in range(200))  # not even probes: it cannot pay at 100 %
+    # the live single-token pass gets slower as the context grows; untimed batch sizes follow it
+    for _ in range(50):
+        pol.observe(0, 0, 0.025, 0.0, 0)
+    assert pol.t_verify[3] == pytest.approx(0.06 * pol.t_verify[1] / 0.02)
+    assert pol.ceiling(4) < 1.0 and pol.choose_k(10) == 0
     # cheap verification but a drafter that is never accepted: only back-off probes
     pol = DraftPolicy(PolicyConfig(name="cost", k=4))
     pol.seed_costs({n: 0.02 + 0.004 * n for n in range(1, 7)}, 0.004)

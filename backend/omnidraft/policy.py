@@ -44,6 +44,9 @@ class DraftPolicy:
         n = cfg.k + 2
         self.t_verify = [0.0] * (n + 1)  # EMA seconds of a target pass of n tokens
         self.n_verify = [0] * (n + 1)
+        # T(n) / T(1) from a seeded cost model, for sizes this session has not timed itself: a pass's
+        # cost grows with the context, so these follow the live T(1) instead of staying at start-up values
+        self._seeded_ratio: dict[int, float] = {}
         self.t_draft = 0.0  # EMA seconds per drafter token
         self.n_draft = 0
         self.acc = [0.7] * n  # EMA P(candidate i accepted | i-1 accepted), optimistic start
@@ -125,6 +128,10 @@ class DraftPolicy:
         if n < len(self.t_verify):
             self.t_verify[n] = _ema(self.t_verify[n], verify_s, self.n_verify[n])
             self.n_verify[n] += 1
+            self._seeded_ratio.pop(n, None)
+            if n == 1:
+                for m, r in self._seeded_ratio.items():
+                    self.t_verify[m] = r * self.t_verify[1]
         if drafted:
             self.t_draft = _ema(self.t_draft, draft_s / drafted, self.n_draft)
             self.n_draft += 1
@@ -151,6 +158,8 @@ class DraftPolicy:
         for n, t in t_verify.items():
             if n < len(self.t_verify):
                 self.t_verify[n], self.n_verify[n] = t, max(self.n_verify[n], 1)
+                if n > 1 and t_verify.get(1):
+                    self._seeded_ratio[n] = t / t_verify[1]
         self.t_draft, self.n_draft = t_draft, max(self.n_draft, 1)
 
 
