@@ -37,4 +37,10 @@ def test_bench_run_writes_json_markdown_and_plots(tmp_path):
         assert v["same_output_as_target"], label  # every configuration wrote the target's text
         assert 0.0 <= v["acceptance_rate"] <= 1.0 and v["tau"] >= 1.0
     assert set(run["cost_model"]["t_verify"]) >= {"1", "2", "3"}
+    assert run["cost_samples"] == 5 + 2  # start-up rounds + a short set before the one prompt
+    omni = res["omnidraft k=2"]
+    passes = {int(n): c for n, c in omni["draft_pass_hist"].items()}
+    # every drafted token came from one drafter pass; each step's first pass also ingests the target's text
+    assert sum(passes.values()) >= omni["drafted"] > 0 and max(passes) > 1
+    assert omni["predicted_s"] > 0 and res["prompt-lookup k=2"]["draft_pass_hist"] == {}
     assert "cpu" in data["machine"] and data["machine"]["llamafile_kernels"] is False

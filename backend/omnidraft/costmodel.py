@@ -63,8 +63,8 @@ def predicted_time(batch_hist: dict[int, int], t_verify: dict[int, float], draft
     return cost
 
 
-def time_passes(engine: Engine, sizes: range, repeats: int = 5, prefix_len: int = 128) -> dict[int, float]:
-    """Median seconds of one decode of n tokens after a prefix, for each n in ``sizes``.
+def sample_passes(engine: Engine, sizes: range, rounds: int = 5, prefix_len: int = 128) -> dict[int, list[float]]:
+    """Seconds of single decodes of n tokens after a prefix, ``rounds`` samples for each n in ``sizes``.
 
     Sizes are interleaved round by round (after one warm-up pass each), so that drift in the
     machine's speed (turbo, another process) lands on every n alike instead of on the last ones."""
@@ -74,7 +74,7 @@ def time_passes(engine: Engine, sizes: range, repeats: int = 5, prefix_len: int 
     engine.decode(prefix, "none")
     sizes = list(sizes)
     times: dict[int, list[float]] = {n: [] for n in sizes}
-    for r in range(repeats + 1):
+    for r in range(rounds + 1):
         for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
             engine.rollback(prefix_len)
             t0 = time.perf_counter()
@@ -82,10 +82,50 @@ def time_passes(engine: Engine, sizes: range, repeats: int = 5, prefix_len: int 
             if r:  # round 0 warms up graphs and caches
                 times[n].append(time.perf_counter() - t0)
     engine.reset()
-    return {n: median(times[n]) for n in sizes}
+    return times
+
+
+def time_passes(engine: Engine, sizes: range, repeats: int = 5, prefix_len: int = 128) -> dict[int, float]:
+    """Median seconds of one decode of n tokens after a prefix, for each n in ``sizes``."""
+    return {n: median(v) for n, v in sample_passes(engine, sizes, repeats, prefix_len).items()}
+
+
+DRAFT_SIZES = range(1, 5)  # a drafter pass ingests at most a few tokens of the target's text
 
 
 def measure(target: Engine, draft: Engine | None, max_batch: int, repeats: int = 5) -> CostModel:
     t_verify = time_passes(target, range(1, max_batch + 1), repeats)
-    t_draft_n = time_passes(draft, range(1, 5), repeats) if draft is not None else {}
+    t_draft_n = time_passes(draft, DRAFT_SIZES, repeats) if draft is not None else {}
     return CostModel(t_verify, t_draft_n.get(1, 0.0), t_draft_n)
+
+
+class CostSampler:
+    """Cost-model samples gathered all through a benchmark run, not only at its start.
+
+    A 2-core VM's speed drifts by 5-10 % over minutes; timing a few rounds between prompts and
+    taking medians over the whole run prices the run's passes at the speed the machine had
+    while it ran them. The timings themselves are still isolated passes, never the run's steps."""
+
+    def __init__(self, target: Engine, max_batch: int, drafters: dict[str, Engine] | None = None):
+        self.target, self.max_batch, self.drafters = target, max_batch, drafters or {}
+        self.t_verify: dict[int, list[float]] = {}
+        self.t_draft: dict[str, dict[int, list[float]]] = {name: {} for name in self.drafters}
+
+    def sample(self, rounds: int = 2) -> None:
+        _extend(self.t_verify, sample_passes(self.target, range(1, self.max_batch + 1), rounds))
+        for name, eng in self.drafters.items():
+            _extend(self.t_draft[name], sample_passes(eng, DRAFT_SIZES, rounds))
+
+    def model(self, drafter: str | None = None) -> CostModel:
+        """Medians so far; ``drafter`` names the drafter whose pass costs to include (None: none)."""
+        tv = {n: median(v) for n, v in sorted(self.t_verify.items())}
+        td = {n: median(v) for n, v in sorted(self.t_draft[drafter].items())} if drafter else {}
+        return CostModel(tv, td.get(1, 0.0), td)
+
+    def samples(self) -> int:
+        return min((len(v) for v in self.t_verify.values()), default=0)
+
+
+def _extend(into: dict[int, list[float]], new: dict[int, list[float]]) -> None:
+    for n, v in new.items():
+        into.setdefault(n, []).extend(v)

@@ -118,9 +118,7 @@ def _cmd_run(args) -> int:
                                    draft_n_ctx=4096, method="omnidraft"))
         same = preset.get("same_vocab") if "same-vocab" in methods and target != preset.get("same_vocab") else None
         ctx = runner.BenchContext(session, same)
-        cost = session.measure_costs()
-        md += [f"## Target {target}, drafter {draft}", "", "### Cost model", "", report.cost_table(cost.as_dict()),
-               ""]
+        md += [f"## Target {target}, drafter {draft}", ""]
         configs = _configs(methods, ks, preset["adaptive"], same is not None)
         modes = [("greedy", GenerationParams(max_tokens=preset["max_tokens"]))]
         if preset["sampled"]:
@@ -132,8 +130,10 @@ def _cmd_run(args) -> int:
             for mode, params in modes:
                 log.info("target %s, set %s (%d prompts), %s, %d configs", target, set_name, len(items), mode,
                          len(configs))
-                res = runner.run(ctx, configs, items, params, cost, progress=not args.no_progress)
+                res = runner.run(ctx, configs, items, params, progress=not args.no_progress)
+                cost = ctx.cost_for()  # medians of the timing rounds taken through this target's runs
                 run = {"target": target, "set": pset.describe(), "mode": mode, "cost_model": cost.as_dict(),
+                       "cost_samples": ctx.costs.samples(),
                        "max_verify_batch": session.max_verify_batch, "results": res,
                        "ceiling": _ceiling(cost, ks), "ngram_cache": session.pair.cache.stats(),
                        "peak_rss_mb": runner.peak_rss_mb()}
@@ -141,7 +141,8 @@ def _cmd_run(args) -> int:
                 prefix = out_dir / f"{tag}-{target}-{set_name}-{mode}"
                 pngs = report.plots(res, prefix)
                 md += [f"### {set_name} ({len(items)} held-out prompts, {params.max_tokens} tokens, {mode})", "",
-                       report.results_table(res), "", report.adaptive_notes(res), "",
+                       f"Cost model (medians of {ctx.costs.samples()} timing rounds taken through the run):", "",
+                       report.cost_table(cost.as_dict()), "", report.results_table(res), "", report.adaptive_notes(res), "",
                        "Ceiling at 100 % acceptance: " + ", ".join(f"k={k}: {v:.2f}x" for k, v in run["ceiling"].items()),
                        ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
                 print(report.results_table(res), flush=True)

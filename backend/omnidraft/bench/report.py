@@ -80,7 +80,9 @@ def cost_table(cost: dict) -> str:
              "|---|" + "---|" * len(ns),
              "| T_verify(n) ms | " + " | ".join(f"{tv[n] * 1e3:.1f}" for n in ns) + " |",
              "| T_verify(n) / T_decode(1) | " + " | ".join(f"{tv[n] / tv[1]:.2f}" for n in ns) + " |"]
-    return "\n".join(lines) + f"\n\nT_draft (one drafter token): {cost['t_draft'] * 1e3:.1f} ms"
+    td = cost.get("t_draft_n") or {1: cost["t_draft"]}
+    passes = ", ".join(f"{n} tokens {t * 1e3:.1f} ms" for n, t in sorted((int(n), t) for n, t in td.items()))
+    return "\n".join(lines) + f"\n\nT_draft, a drafter pass of: {passes}"
 
 
 def plots(results: dict[str, dict], out_prefix: Path) -> list[Path]:

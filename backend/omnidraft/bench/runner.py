@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from tqdm import tqdm
 
 from .. import models
-from ..costmodel import CostModel, predicted_time, time_passes
+from ..costmodel import CostModel, CostSampler, predicted_time
 from ..engine import Engine, EngineConfig
 from ..generator import Final, GenerationParams, Generator
 from ..methods import PairContext, make_drafter
@@ -104,13 +104,14 @@ class Tally:
 
 
 class BenchContext:
-    """A loaded target with the cross-vocabulary pair and, optionally, a same-vocabulary drafter."""
+    """A loaded target with the cross-vocabulary pair, optionally a same-vocabulary drafter, and
+    the cost-model samples taken through the run."""
 
     def __init__(self, session: Session, same_vocab_draft: str | None = None):
         self.session = session
         self.pair = session.pair
         self.same_pair: PairContext | None = None
-        self._same_t_draft: dict[int, float] | None = None
+        drafters = {"draft": self.pair.draft}
         if same_vocab_draft:
             s = session.settings
             eng = Engine(models.resolve(same_vocab_draft),
@@ -118,6 +119,9 @@ class BenchContext:
             bridge = build_bridge(eng, session.target)
             self.same_pair = PairContext(eng, session.target, bridge,
                                          NGramCache(bridge.draft_fp, bridge.target_fp))
+            drafters["same"] = eng
+        self.costs = CostSampler(session.target, session.max_verify_batch, drafters)
+        self.costs.sample(5)  # what a product measures at start-up; more rounds are added between prompts
 
     def generator(self, cfg: Config) -> Generator:
         pair = self.same_pair if cfg.method == "same-vocab" else self.pair
@@ -125,19 +129,17 @@ class BenchContext:
         policy = PolicyConfig(name=cfg.policy, k=max(cfg.k, 1) if cfg.method != "target" else 0)
         gen = Generator(self.session.target, drafter, policy, cfg.method, self.session.max_verify_batch)
         if cfg.policy == "cost" and cfg.method != "target":
-            cm = self.cost_for(cfg, self.session.measure_costs())
+            cm = self.cost_for(cfg)
             gen.policy.seed_costs(cm.t_verify, cm.t_draft)
         return gen
 
-    def cost_for(self, cfg: Config, cost: CostModel) -> CostModel:
-        """The run's cost model, with the drafter time of the drafter this configuration uses."""
+    def cost_for(self, cfg: Config | None = None) -> CostModel:
+        """The cost model so far, with the pass costs of the drafter this configuration uses."""
+        if cfg is None or cfg.method == "target":
+            return self.costs.model("draft")
         if cfg.method == "prompt-lookup":
-            return CostModel(cost.t_verify, 0.0)
-        if cfg.method == "same-vocab" and self.same_pair is not None:
-            if self._same_t_draft is None:
-                self._same_t_draft = time_passes(self.same_pair.draft, range(1, 5))
-            return CostModel(cost.t_verify, self._same_t_draft[1], self._same_t_draft)
-        return cost
+            return self.costs.model(None)
+        return self.costs.model("same" if cfg.method == "same-vocab" and self.same_pair is not None else "draft")
 
     def close(self) -> None:
         if self.same_pair is not None:
@@ -145,13 +147,16 @@ class BenchContext:
 
 
 def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: GenerationParams,
-        cost: CostModel, progress: bool = True) -> dict[str, dict]:
-    """Every config on every item, interleaved; returns per-config summaries keyed by label."""
+        progress: bool = True) -> dict[str, dict]:
+    """Every config on every item, interleaved; returns per-config summaries keyed by label.
+
+    Predictions use the cost model sampled through the run (``ctx.costs``), one short timing
+    round set before each prompt."""
     gens = {c.label: ctx.generator(c) for c in configs}
     tallies = {c.label: Tally() for c in configs}
-    costs = {c.label: ctx.cost_for(c, cost) for c in configs}
     bar = tqdm(total=len(items) * len(configs), desc="bench", disable=not progress, leave=False)
     for i, item in enumerate(items):
+        ctx.costs.sample(2)
         order = configs[i % len(configs):] + configs[: i % len(configs)]
         for c in order:
             gen = gens[c.label]
@@ -164,7 +169,7 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
         if gens[c.label].drafter is not None:
             tallies[c.label].draft_pass_hist = dict(gens[c.label].drafter.counters.pass_hist)
     base = tallies.get("target")
-    out = {label: t.summary(base, costs[label]) for label, t in tallies.items()}
+    out = {c.label: tallies[c.label].summary(base, ctx.cost_for(c)) for c in configs}
     for c in configs:
         out[c.label].update(method=c.method, k=c.k, policy=c.policy)
         if c.policy != "fixed" and c.method != "target":
