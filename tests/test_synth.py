@@ -76,10 +76,11 @@ def test_projection_speedup_and_policy():
     res["draft_pass_hist"] = {"5": 10}  # past the table: extrapolated from its last two sizes
     assert pj.predicted_speedup(res, tv, td) == pytest.approx(30 * 0.010 / (10 * 0.014 + 10 * 0.003))
     assert pj.predicted_speedup({"tokens": 7, "batch_hist": {"1": 7}}, tv, None) == pytest.approx(1.0)
-    p = pj.fit_acceptance(3.0, 4)
-    assert p + p**2 + p**3 + p**4 == pytest.approx(2.0)
-    k, exp = pj.policy_choice(p, tv, td, 4)
-    assert k > 0 and exp > 1.0
+    # the cost policy's choice on a machine: the measured k that predicts fastest there, else the target
+    k1 = {"k": 1, "tokens": 30, "drafted": 20, "batch_hist": {"2": 20}, "draft_pass_hist": {"2": 20}}
+    k4 = {"k": 4, "tokens": 30, "drafted": 40, "batch_hist": {"5": 10}, "draft_pass_hist": {"2": 10, "1": 30}}
+    k, sp = pj.cost_choice([k1, k4], tv, td)
+    assert k == 4 and sp == pytest.approx(pj.predicted_speedup(k4, tv, td)) and sp > 1.0
     compute_bound = {n: 0.010 * n for n in range(1, 9)}
-    assert pj.policy_choice(p, compute_bound, {1: 0.003}, 4)[0] == 0
+    assert pj.cost_choice([k1, k4], compute_bound, td) == (0, 1.0)
     assert pj.t_of({1: 1.0, 2: 2.0}, 4) == pytest.approx(4.0)

@@ -13,7 +13,7 @@ target-pass sizes and the histogram of drafter-pass sizes), the time it would ta
 against ``tokens * T_M(1)`` for the target alone; the ratio is the predicted speedup.  Acceptance
 does not depend on the machine, so the histograms measured here carry over.  Adaptive runs chose
 their lengths from this machine's costs, so for them the table gives what the default cost
-policy (``DraftPolicy.expected_speed``) would choose on M instead.  The honesty check compares
+policy would choose on M instead (``cost_choice``).  The honesty check compares
 predicted with measured speedup on this machine, from the same results file.
 """
 
@@ -25,7 +25,6 @@ import logging
 from pathlib import Path
 
 from ..costmodel import predicted_time, t_of
-from ..policy import DraftPolicy, PolicyConfig
 
 log = logging.getLogger(__name__)
 
@@ -69,31 +68,16 @@ def predicted_speedup(res: dict, tv: dict[int, float], t_draft: dict[int, float]
     return res["tokens"] * tv[1] / cost if cost else 0.0
 
 
-def fit_acceptance(tau: float, k: int) -> float:
-    """Per-position acceptance p with p + p^2 + ... + p^k = tau - 1 (i.i.d. fit of tokens per pass)."""
-    want = max(0.0, tau - 1.0)
-    if k <= 0 or want <= 0:
-        return 0.0
-    if want >= k:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        p = (lo + hi) / 2
-        if sum(p ** i for i in range(1, k + 1)) < want:
-            lo = p
-        else:
-            hi = p
-    return (lo + hi) / 2
-
-
-def policy_choice(p: float, tv: dict[int, float], t_draft: dict[int, float] | None, k_max: int) -> tuple[int, float]:
-    """The default cost policy's draft length on a machine, and its expected speedup over the target."""
-    pol = DraftPolicy(PolicyConfig(name="cost", k=k_max))
-    pol.seed_costs({n: t_of(tv, n) for n in range(1, k_max + 2)}, t_draft[1] if t_draft else 0.0)
-    pol.acc = [p] * len(pol.acc)
-    speeds = [pol.expected_speed(k) for k in range(k_max + 1)]
-    best = max(range(k_max + 1), key=lambda k: speeds[k])
-    return best, speeds[best] / speeds[0]
+def cost_choice(confs: list[dict], tv: dict[int, float], t_draft: dict[int, float] | None) -> tuple[int, float]:
+    """The cost policy's draft length on a machine: the k with the highest expected speed, 0 = the
+    target alone. With its acceptance estimates equal to those measured here, its expected speed at k
+    is the predicted speedup of the measured fixed-k configuration, first drafter passes included."""
+    best_k, best = 0, 1.0
+    for c in confs:
+        sp = predicted_speedup(c, tv, t_draft)
+        if sp > best:
+            best_k, best = c["k"], sp
+    return best_k, best
 
 
 def _draft_model(method: str, data: dict) -> str | None:
@@ -126,22 +110,14 @@ def project(data: dict, machines: dict[str, dict]) -> list[dict]:
                              "predicted_speedup": predicted_speedup(res, tv, td),
                              "measured_speedup_here": res.get("speedup")})
         for method, confs in fixed.items():
-            k_max = max(c["k"] for c in confs)
-            ref = max(confs, key=lambda c: c["k"])
-            p = fit_acceptance(ref["tau"], k_max)
+            dm = _draft_model(method, data)
             for mname, m in all_m.items():
                 tv = m["t_verify"].get(target)
-                dm = _draft_model(method, data)
                 if tv is None or (dm is not None and dm not in m["t_draft_of"]):
                     continue
-                td = m["t_draft_of"][dm] if dm else None
-                k, exp = policy_choice(p, tv, td, k_max)
-                chosen = next((c for c in confs if c["k"] == k), None)
+                k, sp = cost_choice(confs, tv, m["t_draft_of"][dm] if dm else None)
                 rows.append({"run": _run_name(run), "config": f"{method} cost policy", "method": method, "k": k,
-                             "policy": "cost-projected", "machine": mname, "acceptance_fit": p,
-                             "expected_speedup": exp,
-                             "predicted_speedup": predicted_speedup(chosen, tv, td)
-                             if chosen else (1.0 if k == 0 else exp)})
+                             "policy": "cost-projected", "machine": mname, "predicted_speedup": sp})
     return rows
 
 
@@ -161,7 +137,7 @@ def honesty(data: dict, tolerance: float = TOLERANCE) -> list[dict]:
             meas = res["speedup"]
             err = pred / meas - 1.0 if meas else float("inf")
             out.append({"run": _run_name(run), "config": label, "predicted": pred, "measured": meas,
-                        "runner_predicted": res.get("predicted_speedup"), "error": err,
+                        "tau": res.get("tau", 0.0), "runner_predicted": res.get("predicted_speedup"), "error": err,
                         "within": abs(err) <= tolerance})
     return out
 
@@ -221,7 +197,15 @@ def honesty_table(checks: list[dict]) -> str:
         out.append(f"| {c['run']} | {c['config']} | {c['predicted']:.2f}x | {c['measured']:.2f}x | "
                    f"{c['error'] * 100:+.1f} % | {'yes' if c['within'] else 'no'} |")
     n = sum(c["within"] for c in checks)
-    out.append(f"\n{n} of {len(checks)} configurations within {TOLERANCE:.0%}.")
+    errs = sorted(abs(c["error"]) for c in checks)
+    out.append(f"\n{n} of {len(checks)} configurations within {TOLERANCE:.0%}"
+               + (f"; median |error| {errs[len(errs) // 2]:.1%}, largest {errs[-1]:.1%}." if errs else "."))
+    # rows that did the target's own work (the policy declined to draft): their measured spread is
+    # the measurement's scatter at this run length, the floor under any prediction's error
+    same = [c["measured"] for c in checks if c.get("tau") and c["tau"] <= 1.01]
+    if len(same) >= 2:
+        out.append(f"Noise floor: {len(same)} configurations did the target's own work (tau <= 1.01) and measured "
+                   f"{min(same):.2f}x-{max(same):.2f}x against the target alone.")
     return "\n".join(out)
 
 
