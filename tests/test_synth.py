@@ -84,3 +84,25 @@ def test_projection_speedup_and_policy():
     compute_bound = {n: 0.010 * n for n in range(1, 9)}
     assert pj.cost_choice([k1, k4], compute_bound, td) == (0, 1.0)
     assert pj.t_of({1: 1.0, 2: 2.0}, 4) == pytest.approx(4.0)
+
+
+def test_honesty_check_flags_misses_and_reports_the_noise_floor():
+    from omnidraft.bench import projection as pj
+
+    cm = {"t_verify": {"1": 0.02, "2": 0.04}, "t_draft": 0.01, "t_draft_n": {"1": 0.01, "2": 0.015}}
+    res = {"target": {"method": "target", "tokens": 10, "batch_hist": {"1": 10}},
+           # 10 tokens in 5 passes of 2 with 5 one-token drafter passes: 0.2 / (0.2 + 0.05) = 0.8x predicted
+           "good": {"method": "omnidraft", "tokens": 10, "batch_hist": {"2": 5}, "drafted": 5,
+                    "draft_pass_hist": {"1": 5}, "speedup": 0.78, "tau": 2.0},
+           "bad": {"method": "omnidraft", "tokens": 10, "batch_hist": {"2": 5}, "drafted": 5,
+                   "draft_pass_hist": {"1": 5}, "speedup": 0.60, "tau": 2.0},
+           "idle-a": {"method": "omnidraft", "tokens": 10, "batch_hist": {"1": 10}, "speedup": 0.95, "tau": 1.0},
+           "idle-b": {"method": "slem", "tokens": 10, "batch_hist": {"1": 10}, "speedup": 1.03, "tau": 1.0}}
+    data = {"draft": "smollm2-135m", "runs": [{"target": "t", "set": {"name": "s"}, "mode": "greedy",
+                                                "cost_model": cm, "results": res}]}
+    checks = {c["config"]: c for c in pj.honesty(data)}
+    assert checks["good"]["predicted"] == pytest.approx(0.8) and checks["good"]["within"]
+    assert not checks["bad"]["within"]
+    table = pj.honesty_table(list(checks.values()))
+    assert "3 of 4 configurations within 10%" in table
+    assert "2 configurations did the target's own work" in table and "0.95x-1.03x" in table
