@@ -122,7 +122,7 @@ class Session:
         return Generator(self.target, drafter, policy, method, self.max_verify_batch)
 
     def measure_costs(self) -> CostModel:
-        """Time target passes of 1..max_verify_batch tokens and one drafter token (about a second)."""
+        """Time target passes of 1..max_verify_batch tokens and drafter passes of 1..4 (a few seconds)."""
         if self.cost_model is None:
             self.cost_model = costmodel.measure(self.target, self.draft, self.max_verify_batch)
             log.info("cost model: T_verify %s ms, T_draft %.1f ms",
