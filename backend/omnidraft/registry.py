@@ -110,14 +110,14 @@ class DrafterRegistry:
                 os.replace(gguf, dst)
             else:
                 shutil.copyfile(gguf, dst)
-            _fsync_file(dst)
+            _fsync(dst)
             cur = self.current()
             m = dict(meta or {})
             m.setdefault("parent", cur[0] if cur else BASE)
             m.update(version=version, published=time.time(), size=dst.stat().st_size)
             _atomic_write(tmp / "meta.json", m)
             os.rename(tmp, self.versions / version)
-            _fsync_dir(self.versions)
+            _fsync(self.versions)
             self._set_current(version)
             self._prune(version)
         log.info("published drafter %s (%s)", version, ", ".join(f"{k}={m[k]}" for k in ("parent", "steps")
@@ -172,15 +172,8 @@ def _num(version: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """Flush a file's data, or a directory's entries (so a rename survives a crash), to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -196,4 +189,4 @@ def _atomic_write(path: Path, obj: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    _fsync(path.parent)
