@@ -94,9 +94,10 @@ DRAFT_SIZES = range(1, 5)  # a drafter pass ingests at most a few tokens of the 
 
 
 def measure(target: Engine, draft: Engine | None, max_batch: int, repeats: int = 5) -> CostModel:
-    t_verify = time_passes(target, range(1, max_batch + 1), repeats)
-    t_draft_n = time_passes(draft, DRAFT_SIZES, repeats) if draft is not None else {}
-    return CostModel(t_verify, t_draft_n.get(1, 0.0), t_draft_n)
+    """One start-up cost model: ``repeats`` timing rounds of the target and, if given, the drafter."""
+    sampler = CostSampler(target, max_batch, {"draft": draft} if draft is not None else None)
+    sampler.sample(repeats)
+    return sampler.model("draft" if draft is not None else None)
 
 
 class CostSampler:
