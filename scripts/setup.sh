@@ -11,7 +11,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.omnidraft-setup"
-WANT="$(cat pyproject.toml scripts/constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+WANT="$(cat pyproject.toml scripts/constraints.txt scripts/setup.sh backend/omnidraft/llama_build.py | sha256sum | cut -d' ' -f1)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "[setup] environment up to date ($VENV)"
   exit 0
@@ -23,11 +23,7 @@ fi
 # round differently from one-row decoding, which would make speculative output differ from the
 # target alone at near-ties.  Without them, small verification batches are bit-identical.
 # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and could hand back a build with other flags.
-LLAMA_OK='import ctypes, glob, os, sys, llama_cpp
-lib = glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so"))
-ok = llama_cpp.__version__ == "0.3.36" and lib and not ctypes.CDLL(lib[0]).ggml_cpu_has_llamafile()
-sys.exit(0 if ok else 1)'
-if ! "$VENV/bin/python" -c "$LLAMA_OK" 2>/dev/null; then
+if ! "$VENV/bin/python" backend/omnidraft/llama_build.py 2>/dev/null; then
   echo "[setup] building llama-cpp-python 0.3.36 (about 5 minutes the first time)"
   CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DGGML_LLAMAFILE=OFF}" \
     "$VENV/bin/python" -m pip install -q --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36

@@ -36,15 +36,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 
-LLAMA_OK='import ctypes, glob, os, sys, llama_cpp
-lib = glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so"))
-ok = llama_cpp.__version__ == "0.3.36" and lib and not ctypes.CDLL(lib[0]).ggml_cpu_has_llamafile()
-sys.exit(0 if ok else 1)'
-if ! "$PY" -c "$LLAMA_OK" 2>/dev/null; then
+LLAMA_OK="$REPO/backend/omnidraft/llama_build.py"  # exit 0: pinned version, no llamafile kernels
+if ! "$PY" "$LLAMA_OK" 2>/dev/null; then
   echo "[termux] building llama-cpp-python 0.3.36 with: $LLAMA_CMAKE_ARGS"
   CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" \
     "$PY" -m pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
-  "$PY" -c "$LLAMA_OK" || { echo "llama.cpp was built with llamafile kernels: exactness would break" >&2; exit 1; }
+  "$PY" "$LLAMA_OK" || { echo "llama.cpp was built with llamafile kernels: exactness would break" >&2; exit 1; }
 fi
 
 echo "[termux] omnidraft (no training extras: torch does not run under Termux)"

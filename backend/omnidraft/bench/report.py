@@ -7,6 +7,8 @@ import os
 import platform
 from pathlib import Path
 
+from ..llama_build import has_llamafile
+
 
 def machine() -> dict:
     import llama_cpp
@@ -21,17 +23,7 @@ def machine() -> dict:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(), "system": platform.system(),
             "python": platform.python_version(), "llama_cpp_python": llama_cpp.__version__,
-            "llamafile_kernels": _has_llamafile()}
-
-
-def _has_llamafile() -> bool | None:
-    import ctypes
-    import glob
-
-    import llama_cpp
-
-    libs = glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so"))
-    return bool(ctypes.CDLL(libs[0]).ggml_cpu_has_llamafile()) if libs else None
+            "llamafile_kernels": has_llamafile()}
 
 
 def write_json(path: Path, data: dict) -> None:
