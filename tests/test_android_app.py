@@ -13,16 +13,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from fake_omnidraft_server import ServerThread, create_app
+from serve_helpers import serve_process
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts" / "android"
@@ -44,26 +41,6 @@ def _unavailable(reason: str):
 
 
 # ---------------------------------------------------------------- fixtures
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_health(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"omnidraft serve exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"omnidraft serve did not answer /health within {timeout:.0f} s")
-
-
 def _warm_up(url: str) -> None:
     """The real server calibrates its cost model on the first generation (slow on a busy machine)."""
     body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
@@ -75,29 +52,16 @@ def _warm_up(url: str) -> None:
 
 @pytest.fixture(scope="module")
 def server():
-    """(base URL, fake app or None).  The real server: `omnidraft serve --port P --threads 2`."""
+    """(base URL, fake app or None).  The real server: `serve_helpers.serve_process`."""
     if not REAL:
         app = create_app(delay=0.04)
         with ServerThread(app) as s:
             yield s.url, app
         return
-    port = _free_port()
-    exe = Path(sys.executable).with_name("omnidraft")
-    log = (ARTIFACTS / "serve.log")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(exe), "serve", "--port", str(port), "--threads", "2"],
-                                stdout=out, stderr=subprocess.STDOUT)
-        try:
-            _wait_health(f"http://127.0.0.1:{port}", proc, 240)
-            _warm_up(f"http://127.0.0.1:{port}")
-            yield f"http://127.0.0.1:{port}", None
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    # the same process the server tests start (free loopback port, private state dir), its log kept here
+    with serve_process(ARTIFACTS / "serve", ready_s=240) as url:
+        _warm_up(url)
+        yield url, None
 
 
 @pytest.fixture(scope="module")

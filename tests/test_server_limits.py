@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from test_server import MODEL, serve_process
+from serve_helpers import serve_process
+from test_server import MODEL
 
 pytestmark = pytest.mark.slow
 
