@@ -142,7 +142,8 @@ def _cmd_run(args) -> int:
                 pngs = report.plots(res, prefix)
                 md += [f"### {set_name} ({len(items)} held-out prompts, {params.max_tokens} tokens, {mode})", "",
                        f"Cost model (medians of {ctx.costs.samples()} timing rounds taken through the run):", "",
-                       report.cost_table(cost.as_dict()), "", report.results_table(res), "", report.adaptive_notes(res), "",
+                       report.cost_table(cost.as_dict()), "", report.results_table(res), "",
+                       report.adaptive_notes(res), "",
                        "Ceiling at 100 % acceptance: " + ", ".join(f"k={k}: {v:.2f}x" for k, v in run["ceiling"].items()),
                        ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
                 print(report.results_table(res), flush=True)

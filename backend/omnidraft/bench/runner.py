@@ -120,8 +120,8 @@ class BenchContext:
             self.same_pair = PairContext(eng, session.target, bridge,
                                          NGramCache(bridge.draft_fp, bridge.target_fp))
             drafters["same"] = eng
+        # timed on first use, not here: `bench peer` builds a context and never prices anything
         self.costs = CostSampler(session.target, session.max_verify_batch, drafters)
-        self.costs.sample(5)  # what a product measures at start-up; more rounds are added between prompts
 
     def generator(self, cfg: Config) -> Generator:
         pair = self.same_pair if cfg.method == "same-vocab" else self.pair
@@ -133,8 +133,14 @@ class BenchContext:
             gen.policy.seed_costs(cm.t_verify, cm.t_draft)
         return gen
 
+    def start_costs(self) -> None:
+        """The 5 timing rounds a product takes at start-up; `run` adds 2 before every prompt."""
+        if not self.costs.samples():
+            self.costs.sample(5)
+
     def cost_for(self, cfg: Config | None = None) -> CostModel:
         """The cost model so far, with the pass costs of the drafter this configuration uses."""
+        self.start_costs()
         if cfg is None or cfg.method == "target":
             return self.costs.model("draft")
         if cfg.method == "prompt-lookup":
@@ -152,6 +158,7 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
 
     Predictions use the cost model sampled through the run (``ctx.costs``), one short timing
     round set before each prompt."""
+    ctx.start_costs()
     gens = {c.label: ctx.generator(c) for c in configs}
     tallies = {c.label: Tally() for c in configs}
     bar = tqdm(total=len(items) * len(configs), desc="bench", disable=not progress, leave=False)
