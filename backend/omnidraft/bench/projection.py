@@ -54,7 +54,7 @@ def machines_of(device: dict) -> dict[str, dict]:
 
 
 def machine_here(run: dict, draft: str, desc: str) -> dict:
-    """The cost model a results run measured at start-up on this machine."""
+    """The cost model a results run measured on this machine (sampled through the run since 2026-11-26)."""
     cm = run["cost_model"]
     td = {int(n): t for n, t in cm.get("t_draft_n", {}).items()} or {1: cm["t_draft"]}
     return {"desc": desc, "source": "results", "t_verify": {run["target"]: {int(n): t for n, t in cm["t_verify"].items()}},
