@@ -90,6 +90,7 @@ class GenerationStats:
     verify_s: float = 0.0
     total_s: float = 0.0
     draft_lengths: list[int] = field(default_factory=list)
+    policy_note: str = ""  # why the policy drafted or not, in words (DraftPolicy.note)
 
     @property
     def acceptance_rate(self) -> float:
@@ -112,7 +113,10 @@ class GenerationStats:
         return d
 
     def summary(self) -> str:
-        return (f"[{self.method}] {self.completion_tokens} tokens, acceptance {self.acceptance_rate:.1%}, "
+        """One line: tokens drafted and accepted out of those produced, why, then the speed."""
+        why = f": {self.policy_note}" if self.policy_note else ""
+        return (f"[{self.method}] drafted {self.proposed} and accepted {self.accepted} of "
+                f"{self.completion_tokens} tokens{why}; acceptance {self.acceptance_rate:.1%}, "
                 f"{self.tau:.2f} tokens/target pass, {self.tokens_per_s:.1f} tok/s")
 
 
@@ -212,6 +216,8 @@ class Generator:
         yield from text.finish()
         stats.completion_tokens = len(out)
         stats.total_s = time.perf_counter() - t0
+        stats.policy_note = self.policy.note(self.max_verify_batch - 1) if self.drafter is not None \
+            else "no drafter, the target ran alone"
         yield Final(text.text, out, finish, stats, steps)
 
     def _step(self, t_prev: int, n_out: int, max_new: int, params: GenerationParams, sp: SamplingParams,

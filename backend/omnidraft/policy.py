@@ -111,6 +111,29 @@ class DraftPolicy:
                 best = max(best, (k + 1) * base / (self.t_verify[k + 1] + k * self.t_draft))
         return best if best else float("inf")  # nothing measured yet: do not rule speculation out
 
+    def note(self, limit: int) -> str:
+        """Why this policy drafts or not, in words, from what it knows now (for the summary line)."""
+        k = min(self.cfg.k, limit)
+        if k <= 0:
+            return "no room to draft (draft length 0)"
+        if self.cfg.name != "cost":
+            return f"the {self.cfg.name} policy drafts up to {k} tokens every step"
+        timed = [n for n in range(1, k + 1) if self.n_verify[n + 1]]
+        if not self._calibrated() or not timed:
+            return "the cost policy had no timings yet: it drafted to measure them"
+        ceiling = self.ceiling(k)
+        if ceiling < 1.0:
+            return (f"the cost policy ran the target alone, it is faster on this machine "
+                    f"(predicted {ceiling:.2f}x at best, even with every drafted token accepted)")
+        best = max(timed, key=self.expected_speed)
+        gain = self.expected_speed(best) * self.t_verify[1]  # speedup over the target alone (1 token/T(1))
+        if gain > 1.0:
+            return (f"the cost policy drafted where it predicts a gain "
+                    f"(predicted {gain:.2f}x at draft length {best})")
+        return (f"the cost policy mostly ran the target alone, drafting does not pay at the acceptance "
+                f"seen so far (first drafted token accepted {self.acc[0]:.0%} of the time; predicted {gain:.2f}x "
+                f"at best); it probes now and then")
+
     def _best_k(self, k_max: int) -> int:
         speeds = [self.expected_speed(k) if self.n_verify[k + 1] or k == 0 else 0.0 for k in range(k_max + 1)]
         # lengths never measured yet are tried once, so the cost model fills in
