@@ -11,26 +11,47 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.omnidraft-setup"
-WANT="$(cat pyproject.toml scripts/constraints.txt scripts/setup.sh backend/omnidraft/llama_build.py | sha256sum | cut -d' ' -f1)"
+WANT="$(cat pyproject.toml scripts/constraints.txt scripts/setup.sh backend/omnidraft/llama_build.py backend/omnidraft/buildprobe.py | sha256sum | cut -d' ' -f1)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "[setup] environment up to date ($VENV)"
   exit 0
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip wheel setuptools
 
-# llama-cpp-python compiles llama.cpp (about 4-5 min on 2 cores without the multimodal part).
-# GGML_LLAMAFILE=OFF: llamafile's tinyBLAS kernels take over matrix products from 2 rows up and
-# round differently from one-row decoding, which would make speculative output differ from the
-# target alone at near-ties.  Without them, small verification batches are bit-identical.
+# llama-cpp-python compiles llama.cpp (about 5 min on 2 cores without the multimodal part).
+# backend/omnidraft/llama_build.py names the flags: no llamafile kernels (they round batched products
+# differently from one-token decoding, which would break exact output) and, on x86, each instruction
+# set this CPU advertises named one by one instead of -march=native, AMX off (its tiles trap with
+# SIGILL where the OS does not grant them to worker threads).  Set CMAKE_ARGS to build your own way.
 # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and could hand back a build with other flags.
-if ! "$VENV/bin/python" backend/omnidraft/llama_build.py 2>/dev/null; then
-  echo "[setup] building llama-cpp-python 0.3.36 (about 5 minutes the first time)"
-  CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DGGML_LLAMAFILE=OFF}" \
-    "$VENV/bin/python" -m pip install -q --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36
-  "$VENV/bin/python" -m pip install -q llama-cpp-python==0.3.36  # its pure-Python dependencies
+build_llama() {  # $1 = native | safe | baseline
+  local args="${CMAKE_ARGS:-$("$VENV/bin/python" backend/omnidraft/llama_build.py cmake-args "$1")}"
+  echo "[setup] building llama-cpp-python 0.3.36 ($1 tier, about 5 minutes): $args"
+  CMAKE_ARGS="$args" "$VENV/bin/python" -m pip install -q --no-cache-dir --force-reinstall --no-deps \
+    llama-cpp-python==0.3.36
+}
+if ! "$VENV/bin/python" backend/omnidraft/llama_build.py check 2>/dev/null; then
+  build_llama native
 fi
+"$VENV/bin/python" -m pip install -q llama-cpp-python==0.3.36  # its pure-Python dependencies
 # Ask for torch by exact version first: a bare `torch` would pull a multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q torch==2.13.0
 "$VENV/bin/python" -m pip install -q -c scripts/constraints.txt -e ".[train,test,bench]"
+
+# Check what was built before declaring success: a tiny model decoded in a child process, both
+# engine modes, batches of 1..8, against a numpy reference.  On a crash or wrong numbers, rebuild
+# with fewer instruction sets, and stop with one clear line if nothing works.
+probe() { "$VENV/bin/python" -m omnidraft.buildprobe; }
+if ! probe; then
+  for tier in safe baseline; do
+    echo "[setup] rebuilding llama-cpp-python with the '$tier' instruction sets"
+    CMAKE_ARGS="" build_llama "$tier"
+    if probe; then break; fi
+    if [ "$tier" = baseline ]; then
+      echo "[setup] FAILED: no llama.cpp build passes the check on this machine; see 'omnidraft doctor'" >&2
+      exit 1
+    fi
+  done
+fi
 echo "$WANT" > "$STAMP"
 echo "[setup] done"

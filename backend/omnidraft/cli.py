@@ -3,6 +3,7 @@
     omnidraft models list | pull NAME... | verify NAME...
     omnidraft generate [--method M] [--chat] [-k N] [--temp T] [--seed S] "prompt"
     omnidraft gguf inspect|quantize|convert|vocab-overlap ...
+    omnidraft doctor
 
 Settings flags are generated from the typed ``Settings`` dataclass, so the help
 text and the defaults live in one place.  Typed errors print one line, exit 2.
@@ -106,6 +107,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ doctor
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    return doctor.run(args.threads)
+
+
 # -------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     from .generator import VERIFICATION_MODES
@@ -145,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print one JSON object with text and statistics")
     add_dataclass_args(g, Settings)
     g.set_defaults(func=_cmd_generate)
+
+    d = sub.add_parser("doctor", help="check the llama.cpp build, the machine and the models",
+                       description="Print the llama.cpp build (version, CPU features used and left alone), "
+                                   "the machine and the model cache, and decode a tiny model in a child "
+                                   "process with both engine modes. Exit 1 if anything is wrong.")
+    d.add_argument("--threads", type=int, default=0, help="probe threads (default: every core)")
+    d.set_defaults(func=_cmd_doctor)
 
     gg = sub.add_parser("gguf", help="GGUF tools: inspect, quantize, convert, vocab-overlap", add_help=False)
     gg.add_argument("rest", nargs=argparse.REMAINDER)

@@ -1,11 +1,23 @@
-"""Is the installed llama-cpp-python the build omnidraft needs?
+"""Which llama.cpp build omnidraft needs, and the CMake flags that make one on this CPU.
 
-The version the project pins, compiled without llamafile's tinyBLAS kernels: those take over matrix
-products from 2 rows up and round differently from one-row decoding, which would make speculative
-output differ from the target alone at near-ties.
+Two rules, both checked here:
 
-Also run as a plain script by scripts/setup.sh and android_demo/termux/setup.sh, before omnidraft
-itself is installed (so: standard library and llama_cpp only): exit 0 if the build is right, 1 if not.
+* No llamafile kernels (``GGML_LLAMAFILE=OFF``): tinyBLAS takes over matrix products from 2 rows up
+  and rounds differently from one-row decoding, which would make speculative output differ from the
+  target alone at near-ties.
+* A portable x86 build: ``-march=native`` compiles ggml's AMX kernels on Xeons that advertise AMX, and
+  those trap with SIGILL where the OS or hypervisor has not granted the tile state to every worker
+  thread (Linux XFD; llama.cpp PR #26954, issues #28328/#28756).  So the build names its instruction
+  sets one by one (``GGML_NATIVE=OFF``) from what this CPU advertises, with AMX off unless the user
+  asks for it (``OMNIDRAFT_AMX=1``; setup's probe must then pass).  If even that build fails the
+  probe (an ISA the CPU advertises but the OS does not enable), setup rebuilds at the ``safe`` tier
+  (x86-64-v3: AVX2/FMA/F16C) and then ``baseline`` (SSE4.2).
+
+Run as a plain script by scripts/setup.sh and android_demo/termux/setup.sh, before omnidraft itself is
+installed, so: standard library (plus llama_cpp for ``check``) only.
+
+    python llama_build.py check            exit 0 if the installed build is right, 1 if not
+    python llama_build.py cmake-args TIER  print CMAKE_ARGS for TIER = native | safe | baseline
 """
 
 from __future__ import annotations
@@ -13,24 +25,141 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import platform
 import sys
 
 VERSION = "0.3.36"
+TIERS = ("native", "safe", "baseline")
+COMMON = ["-DLLAVA_BUILD=OFF", "-DGGML_LLAMAFILE=OFF"]
+
+# ggml option -> the /proc/cpuinfo flags it needs (all of them)
+_X86_OPTIONS = {
+    "GGML_SSE42": ("sse4_2",),
+    "GGML_AVX": ("avx",),
+    "GGML_AVX2": ("avx2",),
+    "GGML_BMI2": ("bmi2",),
+    "GGML_FMA": ("fma",),
+    "GGML_F16C": ("f16c",),
+    "GGML_AVX_VNNI": ("avx_vnni",),
+    "GGML_AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+    "GGML_AVX512_VBMI": ("avx512f", "avx512vbmi"),
+    "GGML_AVX512_VNNI": ("avx512f", "avx512_vnni"),
+    "GGML_AVX512_BF16": ("avx512f", "avx512_bf16"),
+    "GGML_AMX_TILE": ("amx_tile",),
+    "GGML_AMX_INT8": ("amx_tile", "amx_int8"),
+    "GGML_AMX_BF16": ("amx_tile", "amx_bf16"),
+}
+_SAFE = ("GGML_SSE42", "GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_FMA", "GGML_F16C")  # x86-64-v3
+_BASELINE = ("GGML_SSE42",)
+
+
+def is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux reports them (empty where there is no /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def amx_wanted() -> bool:
+    return os.environ.get("OMNIDRAFT_AMX", "") == "1"
+
+
+def x86_options(tier: str, flags: set[str] | None = None) -> dict[str, bool]:
+    """ggml ISA options for a tier: ``native`` = everything this CPU advertises (AMX only on request)."""
+    if tier not in TIERS:
+        raise ValueError(f"unknown build tier {tier!r}; choose from {', '.join(TIERS)}")
+    flags = cpu_flags() if flags is None else flags
+    allowed = {"native": tuple(_X86_OPTIONS), "safe": _SAFE, "baseline": _BASELINE}[tier]
+    opts = {}
+    for opt, needs in _X86_OPTIONS.items():
+        on = opt in allowed and all(n in flags for n in needs)
+        if opt.startswith("GGML_AMX") and not amx_wanted():
+            on = False
+        opts[opt] = on
+    return opts
+
+
+def cmake_args(tier: str = "native", flags: set[str] | None = None) -> list[str]:
+    """CMAKE_ARGS for llama-cpp-python's source build at ``tier`` on this machine."""
+    if not is_x86():
+        # ARM (phones, Apple, Graviton): ggml's native detection probes each feature with the
+        # compiler and has no AMX-like trap; the lower tiers turn the optional extensions off.
+        return COMMON + (["-DGGML_NATIVE=ON"] if tier == "native" else ["-DGGML_NATIVE=OFF"])
+    opts = x86_options(tier, flags)
+    return COMMON + ["-DGGML_NATIVE=OFF"] + [f"-D{k}={'ON' if v else 'OFF'}" for k, v in opts.items()]
+
+
+# ------------------------------------------------------------- the installed build
+def _cpu_lib():
+    import llama_cpp
+
+    libs = glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so*"))
+    return ctypes.CDLL(sorted(libs)[0]) if libs else None
 
 
 def has_llamafile() -> bool | None:
     """Whether the installed ggml CPU backend has llamafile kernels; None if its library is not found."""
-    import llama_cpp
+    lib = _cpu_lib()
+    return bool(lib.ggml_cpu_has_llamafile()) if lib is not None else None
 
-    libs = glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so"))
-    return bool(ctypes.CDLL(libs[0]).ggml_cpu_has_llamafile()) if libs else None
+
+def compiled_features() -> dict[str, bool]:
+    """The CPU features the installed ggml was compiled to use (``ggml_cpu_has_*``)."""
+    lib = _cpu_lib()
+    out: dict[str, bool] = {}
+    if lib is None:
+        return out
+    for name in ("sse3", "ssse3", "avx", "avx2", "avx_vnni", "bmi2", "f16c", "fma", "avx512", "avx512_vbmi",
+                 "avx512_vnni", "avx512_bf16", "amx_int8", "neon", "arm_fma", "fp16_va", "dotprod",
+                 "matmul_int8", "sve", "sme", "llamafile"):
+        fn = getattr(lib, f"ggml_cpu_has_{name}", None)
+        if fn is not None:
+            out[name] = bool(fn())
+    return out
+
+
+def problems() -> list[str]:
+    """Why the installed build is not the one omnidraft needs (empty list: it is)."""
+    try:
+        import llama_cpp
+    except Exception as e:  # noqa: BLE001 - a broken install is reported, not raised
+        return [f"llama_cpp does not import: {e}"]
+    out = []
+    if llama_cpp.__version__ != VERSION:
+        out.append(f"llama-cpp-python {llama_cpp.__version__} installed, {VERSION} needed")
+    if has_llamafile() is not False:
+        out.append("built with llamafile kernels (GGML_LLAMAFILE=ON): exactness would break")
+    if compiled_features().get("amx_int8") and not amx_wanted():
+        out.append("built with AMX kernels, which trap on machines that do not grant AMX tiles to threads")
+    return out
 
 
 def is_suitable() -> bool:
-    import llama_cpp
+    return not problems()
 
-    return llama_cpp.__version__ == VERSION and has_llamafile() is False
+
+def main(argv: list[str]) -> int:
+    cmd = argv[0] if argv else "check"
+    if cmd == "check":
+        why = problems()
+        for line in why:
+            print(f"llama.cpp build: {line}", file=sys.stderr)
+        return 0 if not why else 1
+    if cmd == "cmake-args":
+        print(" ".join(cmake_args(argv[1] if len(argv) > 1 else "native")))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
-    sys.exit(0 if is_suitable() else 1)
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,116 @@
+"""``omnidraft doctor``: what this installation is, and whether it works here.
+
+Prints the llama.cpp build (version, flags, the CPU features it uses and those the CPU has that it
+leaves alone), the machine, the model cache, and runs the build probe (``buildprobe``) in a child
+process.  Exit status 0 when nothing is wrong, 1 otherwise: usable in scripts and bug reports.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from pathlib import Path
+
+from . import buildprobe, llama_build, models
+
+# CPU flags (as /proc/cpuinfo names them) -> ggml feature name, for "used / refused"
+_ISA = {"avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx_vnni": "avx_vnni", "avx512f": "avx512",
+        "avx512vbmi": "avx512_vbmi", "avx512_vnni": "avx512_vnni", "avx512_bf16": "avx512_bf16",
+        "amx_int8": "amx_int8"}
+
+
+def _meminfo_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        return None
+    return None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def build_section() -> tuple[list[str], list[str]]:
+    """Lines about the llama.cpp build, and the problems found."""
+    import llama_cpp
+
+    lines = [f"llama-cpp-python {llama_cpp.__version__} ({Path(llama_cpp.__file__).parent})"]
+    sysinfo = llama_cpp.llama_print_system_info()
+    lines.append("system info: " + (sysinfo.decode() if isinstance(sysinfo, bytes) else str(sysinfo)).strip())
+    lines.append(f"GPU offload: {'yes' if llama_cpp.llama_supports_gpu_offload() else 'no (CPU build)'}")
+    feats = llama_build.compiled_features()
+    lines.append("compiled in: " + (", ".join(k for k, v in feats.items() if v and k != "llamafile") or "none"))
+    flags = llama_build.cpu_flags()
+    if flags:
+        refused = [f for f, g in _ISA.items() if f in flags and not feats.get(g)]
+        lines.append("CPU has but the build leaves alone: " + (", ".join(refused) or "nothing") +
+                     ("  (AMX: off on purpose, see OMNIDRAFT_AMX in llama_build.py)" if "amx_int8" in refused else ""))
+        over = [g for f, g in _ISA.items() if feats.get(g) and f not in flags]
+        if over:
+            lines.append("build uses what this CPU does not advertise: " + ", ".join(over))
+            return lines, [f"build uses instructions this CPU lacks: {', '.join(over)}"]
+    lines.append("llamafile kernels: " + ("ON (breaks exactness)" if feats.get("llamafile") else "off (needed)"))
+    return lines, llama_build.problems()
+
+
+def machine_section() -> list[str]:
+    mem = _meminfo_gib()
+    return [f"CPU: {_cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
+            f"memory: {mem:.1f} GiB" if mem else "memory: unknown",
+            f"OS: {platform.platform()}; Python {platform.python_version()} ({sys.executable})"]
+
+
+def cache_section() -> list[str]:
+    root = models.cache_dir()
+    lines = [f"cache: {root}" + ("" if root.exists() else " (not created yet)")]
+    for s in models.REGISTRY.values():
+        state = "verified" if models.is_verified(s) else "not downloaded"
+        lines.append(f"  {s.name:22s} {state}")
+    state = root / "state"
+    if state.is_dir():
+        n = sum(1 for _ in state.iterdir())
+        lines.append(f"  state: {state} ({n} files: n-gram caches, predictors, probe results)")
+    return lines
+
+
+def run(probe_threads: int = 0) -> int:
+    problems: list[str] = []
+    print("== llama.cpp build")
+    try:
+        lines, found = build_section()
+    except Exception as e:  # noqa: BLE001 - the doctor reports a broken install instead of dying of it
+        lines, found = [f"llama_cpp does not load: {e}"], [f"llama_cpp does not load: {e}"]
+    print("\n".join("  " + x for x in lines))
+    problems += found
+    print("== machine")
+    print("\n".join("  " + x for x in machine_section()))
+    print("== models")
+    print("\n".join("  " + x for x in cache_section()))
+    print("== probe (tiny model in a child process, both engine modes, batches of 1-8)")
+    res = buildprobe.probe(probe_threads)
+    print(f"  {res.line} [{res.seconds:.1f} s]")
+    if res.figures:
+        print("  figures: " + ", ".join(f"{k} {v:.3g}" for k, v in res.figures.items()))
+    if not res.ok:
+        problems.append(res.line)
+    print("== verdict")
+    if problems:
+        for p in problems:
+            print(f"  PROBLEM: {p}")
+        print("  fix: `rm .venv/.omnidraft-setup && make setup` rebuilds llama-cpp-python with the flags "
+              "llama_build.py names and falls back to safer instruction sets if the probe fails")
+        return 1
+    print("  OK: this installation works on this machine")
+    return 0
