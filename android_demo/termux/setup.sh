@@ -48,6 +48,9 @@ echo "[termux] omnidraft (no training extras: torch does not run under Termux)"
 "$PY" -m pip install -q -c "$REPO/scripts/constraints.txt" -e "$REPO" \
   || "$PY" -m pip install -q -e "$REPO"
 
+echo "[termux] checking the llama.cpp build (tiny model, child process)"
+"$PY" -m omnidraft.buildprobe || { echo "see: $VENV/bin/omnidraft doctor" >&2; exit 1; }
+
 echo "[termux] models: $DRAFT (drafter) + $TARGET (target)"
 "$VENV/bin/omnidraft" models pull "$DRAFT" "$TARGET"
 

@@ -71,8 +71,12 @@ def _weights(seed: int) -> dict[str, np.ndarray]:
 
 def write_probe_model(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
     """Write the probe GGUF; return the weights as llama.cpp will see them (Q4_0 round-tripped)."""
+    import logging
+
     import gguf
     from gguf.quants import dequantize, quantize
+
+    logging.getLogger("gguf").setLevel(logging.WARNING)  # its 'writing file' lines are noise here
 
     Q4 = gguf.GGMLQuantizationType.Q4_0
     w = gguf.GGUFWriter(str(path), "llama")
@@ -168,16 +172,17 @@ def _inject_fault(kind: str) -> None:
         t.join()
 
 
-def run_modes(model: Path, threads: int) -> dict:
+def run_modes(model: Path, threads: int, n_gpu_layers: int = 0) -> dict:
     """In this process: logits of one-token and batched decoding in both modes (what the child does)."""
     from .engine import Engine, EngineConfig
 
     fault = os.environ.get(PROBE_FAULT_ENV, "")
     ids = _token_ids(0)
     prefix, seq = ids[:PREFIX], ids[PREFIX:PREFIX + MAX_BATCH]
-    out: dict = {"threads": threads, "modes": {}}
+    out: dict = {"threads": threads, "gpu_layers": n_gpu_layers, "modes": {}}
     for mode in ("exact", "fast"):
-        eng = Engine(model, EngineConfig(n_ctx=256, n_threads=threads, batch_invariant=(mode == "exact")))
+        eng = Engine(model, EngineConfig(n_ctx=256, n_threads=threads, batch_invariant=(mode == "exact"),
+                                         n_gpu_layers=n_gpu_layers))
         try:
             if fault == "sigill" and mode == "fast":
                 _inject_fault(fault)
@@ -247,15 +252,16 @@ def _signal_name(rc: int) -> str:
             "SIGBUS": "SIGBUS (bus error)", "SIGFPE": "SIGFPE"}.get(sig.name, sig.name)
 
 
-def probe(threads: int = 0, timeout: float = 180.0, workdir: Path | None = None) -> ProbeResult:
-    """Run the check in a child process on ``threads`` threads (0 = every core)."""
+def probe(threads: int = 0, timeout: float = 180.0, workdir: Path | None = None, n_gpu_layers: int = 0) -> ProbeResult:
+    """Run the check in a child process on ``threads`` threads (0 = every core), offloading
+    ``n_gpu_layers`` layers (-1 = all) where the build has a GPU backend."""
     threads = threads or os.cpu_count() or 1
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=workdir, prefix="omnidraft-probe-") as tmp:
         model, result = Path(tmp) / "probe.gguf", Path(tmp) / "result.json"
         weights = write_probe_model(model)
         cmd = [sys.executable, "-m", "omnidraft.buildprobe", "--child", str(model), "--out", str(result),
-               "--threads", str(threads)]
+               "--threads", str(threads), "--gpu-layers", str(n_gpu_layers)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -273,7 +279,8 @@ def probe(threads: int = 0, timeout: float = 180.0, workdir: Path | None = None)
         ok, why, fig = judge(json.loads(result.read_text()), weights)
     if not ok:
         return ProbeResult(False, f"llama.cpp build check FAILED: {why}", threads, secs, fig)
-    line = (f"llama.cpp build check passed: both engine modes on {threads} threads match a numpy reference "
+    where = f"{threads} threads" + (" + GPU offload" if n_gpu_layers else "")
+    line = (f"llama.cpp build check passed: both engine modes on {where} match a numpy reference "
             f"(max {max(fig['exact_vs_reference'], fig['fast_vs_reference']):.2g} of the logits' spread), "
             f"batches of 1-{MAX_BATCH} agree with one-token decoding")
     return ProbeResult(True, line, threads, secs, fig)
@@ -284,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Check, in a child process, that this llama.cpp build decodes "
                                             "right on this machine (exit 0) or say in one line what failed (1).")
     p.add_argument("--threads", type=int, default=0, help="threads (default: every core)")
+    p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload to a GPU build (-1 = all)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")
     p.add_argument("--child", metavar="GGUF", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -291,9 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         from . import llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
 
-        Path(args.out).write_text(json.dumps(run_modes(Path(args.child), args.threads)))
+        Path(args.out).write_text(json.dumps(run_modes(Path(args.child), args.threads, args.gpu_layers)))
         return 0
-    res = probe(args.threads)
+    res = probe(args.threads, n_gpu_layers=args.gpu_layers)
     print(json.dumps(res.as_dict(), indent=1) if args.json else res.line)
     return 0 if res.ok else 1
 

@@ -111,7 +111,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from . import doctor
 
-    return doctor.run(args.threads)
+    return doctor.run(args.threads, args.gpu_layers)
 
 
 # -------------------------------------------------------------------- main
@@ -159,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the machine and the model cache, and decode a tiny model in a child "
                                    "process with both engine modes. Exit 1 if anything is wrong.")
     d.add_argument("--threads", type=int, default=0, help="probe threads (default: every core)")
+    d.add_argument("--gpu-layers", type=int, default=0, help="probe with layers offloaded to a GPU build (-1 = all)")
     d.set_defaults(func=_cmd_doctor)
 
     gg = sub.add_parser("gguf", help="GGUF tools: inspect, quantize, convert, vocab-overlap", add_help=False)

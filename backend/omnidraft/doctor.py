@@ -85,7 +85,7 @@ def cache_section() -> list[str]:
     return lines
 
 
-def run(probe_threads: int = 0) -> int:
+def run(probe_threads: int = 0, gpu_layers: int = 0) -> int:
     problems: list[str] = []
     print("== llama.cpp build")
     try:
@@ -99,7 +99,7 @@ def run(probe_threads: int = 0) -> int:
     print("== models")
     print("\n".join("  " + x for x in cache_section()))
     print("== probe (tiny model in a child process, both engine modes, batches of 1-8)")
-    res = buildprobe.probe(probe_threads)
+    res = buildprobe.probe(probe_threads, n_gpu_layers=gpu_layers)
     print(f"  {res.line} [{res.seconds:.1f} s]")
     if res.figures:
         print("  figures: " + ", ".join(f"{k} {v:.3g}" for k, v in res.figures.items()))
