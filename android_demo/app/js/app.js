@@ -1,6 +1,7 @@
 // UI wiring: tabs, chat with streaming, live figures, learning chart, settings.
 import { Api } from "./api.js";
 import { lineChart } from "./chart.js";
+import { renderMarkdown } from "./markdown.js";
 import { loadSettings, requestOptions, saveSettings } from "./settings.js";
 
 const $ = (id) => document.getElementById(id);
@@ -87,26 +88,33 @@ function bubble(role, text = "") {
   return div;
 }
 
-/** Appends streamed text, merging consecutive pieces of the same origin into one node. */
+/** Collects streamed text with its origin per character and renders it as Markdown (once per frame while
+ *  streaming, then once more when done); text accepted from drafts stays highlighted (markdown.js). */
 class StreamWriter {
-  constructor(box) { this.box = box; this.node = null; this.draft = null; this.text = ""; this.draftChars = 0; }
+  constructor(box) {
+    this.view = document.createElement("div");
+    this.view.className = "md";
+    box.append(this.view);
+    this.text = ""; this.fromDraft = []; this.draftChars = 0; this.frame = 0;
+  }
   write(text, fromDraft) {
     this.text += text;
+    for (let i = 0; i < text.length; i++) this.fromDraft.push(fromDraft ? 1 : 0);
     if (fromDraft) this.draftChars += text.length;
-    if (this.node === null || this.draft !== fromDraft) {
-      this.draft = fromDraft;
-      if (fromDraft) {
-        this.node = document.createElement("mark");
-        this.node.className = "draft";
-        this.node.title = "accepted from the drafter";
-        this.box.append(this.node);
-      } else {
-        this.node = document.createElement("span");
-        this.box.append(this.node);
-      }
-    }
-    this.node.textContent += text;
+    this.frame ||= requestAnimationFrame(() => this.flush());
   }
+  flush() {
+    cancelAnimationFrame(this.frame);
+    this.frame = 0;
+    this.view.replaceChildren(renderMarkdown(this.text, this.fromDraft));
+  }
+}
+
+/** "drafted 60 and accepted 33 of 48 tokens: <why the policy drafted or not>", from the final stats. */
+function draftSummary(s) {
+  if (typeof s.proposed !== "number" || typeof s.accepted !== "number") return "";
+  const why = s.policy_note ? `: ${s.policy_note}` : "";
+  return `drafted ${s.proposed} and accepted ${s.accepted} of ${s.completion_tokens ?? "?"} tokens${why}`;
 }
 
 async function send(prompt) {
@@ -133,6 +141,7 @@ async function send(prompt) {
                    acc: `~${Math.round((100 * w.draftChars) / w.text.length)}%` }, true);
       box.scrollIntoView({ block: "end" });
     }, running.signal);
+    w.flush();
     history.push({ role: "assistant", content: w.text });
     if (res.stats) {
       const s = res.stats;
@@ -141,11 +150,15 @@ async function send(prompt) {
       meta.className = "meta";
       meta.textContent = `${s.completion_tokens ?? "?"} tokens · ${fmt.tps(s)} tok/s · ${fmt.acc(s)} accepted · `
         + `${fmt.tau(s)} tok/pass${s.method ? " · " + s.method : ""}`;
-      box.append(meta);
+      const why = document.createElement("small");
+      why.className = "meta why";
+      why.textContent = draftSummary(s);
+      box.append(meta, ...(why.textContent ? [why] : []));
     }
     if (res.drafterVersion) setFigures({ ver: res.drafterVersion }, false);
     if (!$("view-learn").hidden) refreshLearning();
   } catch (e) {
+    w.flush();
     history.pop();
     box.classList.add("error");
     box.append(document.createTextNode(e.name === "AbortError" ? " [stopped]" : ` [error: ${e.message}]`));

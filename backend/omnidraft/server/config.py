@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_APP_DIR = Path(__file__).resolve().parents[3] / "android_demo" / "app"
+
+def _default_app_dir() -> Path:
+    """The phone web app: package data omnidraft/webapp when installed from a wheel, else the checkout's
+    android_demo/app (its source; pyproject.toml maps one to the other)."""
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "webapp"
+    return packaged if (packaged / "index.html").is_file() else package.parents[1] / "android_demo" / "app"
+
+
+DEFAULT_APP_DIR = _default_app_dir()
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -24,7 +33,7 @@ class ServerConfig:
     trainer_url: str = field(default="", metadata={"help": "send generation records to this trainer (via outbox)"})
     registry: str = field(default="", metadata={"help": "drafter registry directory: hot-swap published versions"})
     app_dir: str = field(default="", metadata={"help": "phone web app directory served at /app/ (default: "
-                                                       "android_demo/app)"})
+                                                       "the one installed with omnidraft)"})
     save_every: int = field(default=50, metadata={"help": "persist the n-gram cache every N requests"})
     history: int = field(default=500, metadata={"help": "requests kept for /v1/omnidraft/stats"})
 
