@@ -35,7 +35,7 @@ CANNED = [
 
 def canned_stats(i: int, method: str) -> dict:
     """Figures that drift upwards with each request, like a drafter that learns."""
-    proposed, accepted = 40, min(38, 22 + 3 * i)
+    proposed, accepted = 60, min(57, 33 + 4 * i)  # >= 50 drafted: the Learning tab plots it as a rate
     tokens, passes = 48, max(12, 26 - 3 * i)
     return {"completion_tokens": tokens, "proposed": proposed, "accepted": accepted,
             "acceptance_rate": accepted / proposed, "tau": tokens / passes, "target_passes": passes,
@@ -123,6 +123,7 @@ def create_app(delay: float = 0.03, api_key: str | None = None, app_dir: Path = 
                 s = canned_stats(len(hist), method)
                 ver = version()
                 hist.append({"t": time.time(), "completion_tokens": s["completion_tokens"],
+                             "proposed": s["proposed"], "accepted": s["accepted"],
                              "tokens_per_s": s["tokens_per_s"], "acceptance_rate": s["acceptance_rate"],
                              "tau": s["tau"], "method": method, "drafter_version": ver})
             yield chunk({}, finish="stop", ext={"stats": s, "drafter_version": ver})

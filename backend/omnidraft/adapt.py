@@ -5,82 +5,90 @@
 
 The trainer runs in this process on its own thread behind a loopback HTTP server, so every piece is
 the one a server deployment uses; the loop waits for each update before evaluating, which keeps the
-measurements free of training load.  Held-out prompts are generated greedily (deterministic), so a
-change in acceptance or tau is the drafter's doing.
+measurements free of training load.
+
+The held-out evaluation measures the drafter, nothing else:
+* it drafts ``eval_k`` tokens every step (the ``fixed`` policy), whatever policy the stream uses: the
+  default ``cost`` policy rightly hardly drafts on a 2-core CPU, which would leave nothing to measure;
+* it is greedy, so the text is the target's every time and only the drafting changes;
+* every evaluation starts from the same copy of the n-gram cache (as it was before the stream) and
+  throws its own additions away, so neither the stream's nor the held-out text's n-grams move the curve;
+* a control, the untrained drafter re-exported the way the trainer exports (torch -> GGUF -> the same
+  quantization -> the same check), separates the training's gain from the re-quantization's;
+* a point with fewer than ``rates.MIN_DRAFTED`` drafted tokens is flagged and not plotted as a rate.
+
+Defaults are the settings measured to raise the held-out curve on a 2-core machine (BENCHMARKS.md
+section 2 has the sweep they come from).  The drafter is ``--draft`` (the usual settings' default).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .generator import GenerationParams
+from .errors import BadRequest
+from .generator import GenerationParams, Generator
+from .methods import make_drafter
 from .outbox import Outbox, Uploader
+from .policy import DraftPolicy, PolicyConfig
+from .rates import acceptance_text, measured
 from .records import build_record
 
 log = logging.getLogger(__name__)
-
-DEFAULT_PROMPTS = [
-    "Write a Python function that checks whether a number is prime.",
-    "Write a Python function that reverses a linked list.",
-    "Write a Python function that returns the n-th Fibonacci number iteratively.",
-    "Write a Python function that merges two sorted lists into one sorted list.",
-    "Write a Python function that counts the words in a string.",
-    "Write a Python function that computes the factorial of n recursively.",
-    "Write a Python function that checks whether a string is a palindrome.",
-    "Write a Python function that finds the maximum value in a list without using max().",
-    "Write a Python function that removes duplicates from a list while keeping order.",
-    "Write a Python function that flattens a nested list.",
-    "Write a Python function that computes the greatest common divisor of two integers.",
-    "Write a Python function that sorts a list with bubble sort.",
-    "Write a Python function that converts a binary string to an integer.",
-    "Write a Python function that returns the transpose of a matrix given as a list of lists.",
-    "Write a Python function that checks whether two strings are anagrams.",
-]
 
 
 @dataclass
 class AdaptConfig:
     """Settings of ``omnidraft adapt`` (the CLI flags are generated from these fields)."""
 
-    prompts: str = field(default="", metadata={"help": "prompt file: one per line, or a JSON list (default: built-in "
-                                                          "Python tasks)"})
-    stream_set: str = field(default="", metadata={"help": "train on this prompt set's stream split instead of "
-                                                          "--prompts (humaneval | stdlib-code | docs)"})
+    prompts: str = field(default="", metadata={"help": "prompt file (one per line, or a JSON list) sent as chat "
+                                                          "messages; the last --n-heldout are held out (replaces "
+                                                          "--stream-set)"})
+    stream_set: str = field(default="stdlib-code", metadata={"help": "train on this prompt set's stream split "
+                                                                     "(humaneval | stdlib-code | docs)"})
     eval_set: str = field(default="", metadata={"help": "evaluate on this prompt set's held-out split "
                                                         "(default: the stream set's)"})
-    n_train: int = field(default=12, metadata={"help": "training prompts to stream (cycled if the file is shorter)"})
-    n_heldout: int = field(default=3, metadata={"help": "prompts held out for evaluation (taken from the end)"})
-    interval: int = field(default=4, metadata={"help": "train and swap every this many prompts"})
-    max_tokens: int = field(default=96, metadata={"help": "tokens generated per training prompt"})
-    eval_max_tokens: int = field(default=96, metadata={"help": "tokens generated per held-out prompt"})
+    n_train: int = field(default=24, metadata={"help": "training prompts to stream (cycled if the set is shorter)"})
+    n_heldout: int = field(default=4, metadata={"help": "held-out prompts evaluated after each update"})
+    interval: int = field(default=8, metadata={"help": "train and swap every this many prompts"})
+    max_tokens: int = field(default=64, metadata={"help": "tokens generated per training prompt"})
+    eval_max_tokens: int = field(default=64, metadata={"help": "tokens generated per held-out prompt"})
+    eval_k: int = field(default=4, metadata={"help": "draft length of the held-out evaluation (fixed policy, "
+                                                     "whatever --policy the stream uses)"})
     record_topk: int = field(default=8, metadata={"help": "target top-k kept per position in records"})
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
+    lr: float = field(default=2e-4, metadata={"help": "AdamW learning rate"})
     lam: float = field(default=0.2, metadata={"help": "lambda: weight of the n-gram NLL term"})
     lora_rank: int = field(default=32, metadata={"help": "LoRA rank; 0 = full fine-tuning"})
-    qtype: str = field(default="", metadata={"help": "quantization of published drafters (default: the base's)"})
-    out: str = field(default="adapt-out", metadata={"help": "directory for the trainer state, outbox, JSON and plot"})
+    qtype: str = field(default="q8_0", metadata={"help": "quantization of published drafters ('' = the base's)"})
+    baseline: bool = field(default=True, metadata={"help": "evaluate the base drafter before training (off: "
+                                                           "sweep points after one run that measured it)"})
+    control: bool = field(default=True, metadata={"help": "also evaluate the untrained drafter re-exported the "
+                                                          "same way (the control line)"})
+    out: str = field(default="adapt-out", metadata={"help": "directory for the trainer state, outbox, JSON and "
+                                                            "plot (a previous run there is replaced)"})
 
 
 Prompt = tuple[str, bool]  # (text, send through the chat template?)
 
 
-def load_items(cfg: "AdaptConfig") -> tuple[list[Prompt], list[Prompt]]:
-    """(training stream, held-out) prompts, from a prompt set or from --prompts (chat messages)."""
-    if cfg.stream_set:
-        from .bench import prompts as sets
+def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
+    """(training stream, held-out) prompts, from --prompts (chat messages) or from a prompt set."""
+    if cfg.prompts:
+        prompts = load_prompts(cfg.prompts)
+        if len(prompts) <= cfg.n_heldout:
+            raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
+        heldout, pool = prompts[-cfg.n_heldout:], prompts[: -cfg.n_heldout]
+        return [(pool[i % len(pool)], True) for i in range(cfg.n_train)], [(p, True) for p in heldout]
+    from .bench import prompts as sets
 
-        stream = [(i.prompt, i.chat) for i in sets.load(cfg.stream_set).split("stream")]
-        held = [(i.prompt, i.chat) for i in sets.load(cfg.eval_set or cfg.stream_set).split("heldout")]
-        return [stream[i % len(stream)] for i in range(cfg.n_train)], held[: cfg.n_heldout]
-    prompts = load_prompts(cfg.prompts)
-    if len(prompts) <= cfg.n_heldout:
-        raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
-    heldout, pool = prompts[-cfg.n_heldout:], prompts[: -cfg.n_heldout]
-    return [(pool[i % len(pool)], True) for i in range(cfg.n_train)], [(p, True) for p in heldout]
+    stream = [(i.prompt, i.chat) for i in sets.load(cfg.stream_set).split("stream")]
+    held = [(i.prompt, i.chat) for i in sets.load(cfg.eval_set or cfg.stream_set).split("heldout")]
+    return [stream[i % len(stream)] for i in range(cfg.n_train)], held[: cfg.n_heldout]
 
 
 def _prompt(gen, item: Prompt):
@@ -89,50 +97,100 @@ def _prompt(gen, item: Prompt):
 
 
 def load_prompts(path: str) -> list[str]:
-    if not path:
-        return list(DEFAULT_PROMPTS)
     text = Path(path).read_text()
     if text.lstrip().startswith("["):
         return [str(p) for p in json.loads(text)]
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def evaluate(session, prompts: list[Prompt], max_tokens: int) -> dict:
-    """Acceptance and tokens per target pass over the held-out prompts (pooled), greedy."""
-    gen = session.generator()
-    acc = prop = toks = passes = 0
+def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None) -> dict:
+    """Acceptance and tokens per target pass over the held-out prompts (pooled), greedy, drafting k per step.
+
+    The draft length is fixed here, not the session's policy: an evaluation that drafts nothing
+    measures nothing.  ``ngram``: the n-gram cache to start from (copied; default: the session's)."""
+    method = session.settings.method
+    pair = copy.copy(session.pair)  # same engines and codecs; a private n-gram cache
+    pair.cache = copy.deepcopy(ngram if ngram is not None else session.pair.cache)
+    gen = Generator(session.target, make_drafter(method, pair), DraftPolicy(PolicyConfig(name="fixed", k=k)),
+                    method, session.max_verify_batch)
+    acc = prop = drafted = toks = passes = 0
+    lengths: dict[int, int] = {}  # drafter tokens per step -> steps
     t0 = time.perf_counter()
     for p in prompts:
         f = gen.generate(_prompt(gen, p), GenerationParams(max_tokens=max_tokens))
         acc, prop = acc + f.stats.accepted, prop + f.stats.proposed
         toks, passes = toks + f.stats.completion_tokens, passes + f.stats.target_passes
-    return {"acceptance": acc / prop if prop else 0.0, "tau": toks / passes if passes else 0.0,
-            "accepted": acc, "proposed": prop, "tokens": toks, "target_passes": passes,
+        for s in f.steps:
+            drafted += s.drafted
+            lengths[s.drafted] = lengths.get(s.drafted, 0) + 1
+    return {"acceptance": acc / prop if prop else 0.0, "measured": measured(prop),
+            "tau": toks / passes if passes else 0.0, "accepted": acc, "proposed": prop, "drafted": drafted,
+            "draft_lengths": dict(sorted(lengths.items())), "k": k, "tokens": toks, "target_passes": passes,
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
+def export_control(base, qtype: str, out_dir: Path, threads: int = 0) -> tuple[Path, dict]:
+    """The untrained drafter through the trainer's export path: GGUF -> torch -> GGUF ``qtype`` -> check."""
+    from .trainer.export import check_gguf, export_gguf
+    from .trainer.model import load_gguf_model, model_file_type
+
+    t0 = time.perf_counter()
+    qtype = qtype or model_file_type(base)
+    model = load_gguf_model(base)
+    path = export_gguf(model, out_dir / f"control-{qtype}.gguf", base, qtype, threads=threads)
+    check = check_gguf(path, model, qtype, threads=threads)
+    return path, {"qtype": qtype, "check": check.as_dict(), "export_s": round(time.perf_counter() - t0, 2)}
+
+
+def _fresh(out: Path) -> None:
+    """A run starts from the base drafter: a previous run's trainer state and results in ``out`` go."""
+    for name in ("trainer", "outbox.sqlite", "adapt.json", "adapt.png"):
+        p = out / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    for p in out.glob("control-*.gguf"):
+        p.unlink()
+
+
 def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
+    from . import models
     from .session import Session
     from .trainer.service import Trainer, TrainerConfig, start_http
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    _fresh(out)
     train, heldout = load_items(cfg)
+    t_start = time.perf_counter()
 
     session = Session(settings)
-    trainer = Trainer(TrainerConfig(base=settings.draft, state_dir=str(out / "trainer"), interval=cfg.interval,
-                                    lam=cfg.lam, lr=cfg.lr, lora_rank=cfg.lora_rank, qtype=cfg.qtype,
-                                    threads=threads)).start()
-    server, port = start_http(trainer)
-    outbox = Outbox(out / "outbox.sqlite")
-    uploader = Uploader(outbox, f"http://127.0.0.1:{port}", interval_s=0.5).start()
-    session.registry = trainer.registry
-    session.maybe_swap()  # a previous run's latest version, if any
+    if session.pair is None:
+        session.close()
+        raise BadRequest(f"adapt trains a drafter model; method {settings.method!r} has none")
+    ngram0 = copy.deepcopy(session.pair.cache)  # every evaluation starts from this
+    ev_args = (heldout, cfg.eval_max_tokens, cfg.eval_k, ngram0)
     curve: list[dict] = []
+    control = None
+    trainer = server = uploader = None
     try:
-        ev = evaluate(session, heldout, cfg.eval_max_tokens)
-        curve.append({"prompts": 0, "version": session.drafter_version, **ev})
-        _show(curve[-1])
+        if cfg.baseline:
+            curve.append({"prompts": 0, "version": "base", **evaluate(session, *ev_args)})
+            _show(curve[-1])
+        if cfg.control:
+            path, meta = export_control(models.resolve(settings.draft), cfg.qtype, out, threads)
+            session.load_drafter(str(path))
+            control = {"version": f"control ({meta['qtype']}, untrained)", **meta, **evaluate(session, *ev_args)}
+            session.load_drafter(settings.draft)
+            _show(control, "control")
+        trainer = Trainer(TrainerConfig(base=settings.draft, state_dir=str(out / "trainer"), interval=cfg.interval,
+                                        lam=cfg.lam, lr=cfg.lr, lora_rank=cfg.lora_rank, qtype=cfg.qtype,
+                                        threads=threads)).start()
+        server, port = start_http(trainer)
+        outbox = Outbox(out / "outbox.sqlite")
+        uploader = Uploader(outbox, f"http://127.0.0.1:{port}", interval_s=0.5, token=trainer.token).start()
+        session.registry = trainer.registry
         for i, item in enumerate(train, 1):
             gen = session.generator()
             pin = _prompt(gen, item)
@@ -140,35 +198,46 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
             outbox.put(build_record(final, pin, session.pair, gen.method, session.drafter_version))
             uploader.kick()
             s = final.stats
-            print(f"prompt {i:3d} [{session.drafter_version}] acceptance {s.acceptance_rate:6.1%}  "
-                  f"tau {s.tau:.2f}  ({s.completion_tokens} tokens)", flush=True)
+            print(f"prompt {i:3d} [{session.drafter_version}] {s.completion_tokens} tokens, tau {s.tau:.2f}, "
+                  f"acceptance {acceptance_text(s.accepted, s.proposed)} ({settings.policy} policy)", flush=True)
             if i % cfg.interval == 0:
                 uploader.flush(60.0)
                 trainer.wait_idle()
                 if session.maybe_swap():
-                    ev = evaluate(session, heldout, cfg.eval_max_tokens)
+                    ev = evaluate(session, *ev_args)
                     curve.append({"prompts": i, "version": session.drafter_version, **ev})
                     trainer.registry.annotate(session.drafter_version, {"heldout": ev})
                     _show(curve[-1])
+                elif trainer.last_error:
+                    print(f"update after {i} prompts not published: {trainer.last_error}", flush=True)
     finally:
-        uploader.stop()
-        server.shutdown()
-        trainer.stop()
+        if uploader is not None:
+            uploader.stop()
+        if server is not None:
+            server.shutdown()
+        if trainer is not None:
+            trainer.stop()
         session.save_state()
         session.close()
-    result = {"curve": curve, "updates": trainer.history, "heldout": heldout, "config": cfg.__dict__}
+    result = {"curve": curve, "control": control, "updates": trainer.history, "heldout": heldout,
+              "config": cfg.__dict__, "settings": settings.__dict__,
+              "seconds": round(time.perf_counter() - t_start, 1)}
     (out / "adapt.json").write_text(json.dumps(result, indent=1, default=str))
-    plot = _plot(curve, out / "adapt.png")
-    print(f"wrote {out / 'adapt.json'}" + (f" and {plot}" if plot else " (no plot: matplotlib missing)"))
+    plot = _plot(curve, control, out / "adapt.png", settings)
+    print(f"{result['seconds']:.0f} s; wrote {out / 'adapt.json'}"
+          + (f" and {plot}" if plot else " (no plot: matplotlib missing)"))
     return result
 
 
-def _show(pt: dict) -> None:
-    print(f"held-out after {pt['prompts']:3d} prompts [{pt['version']}]: acceptance {pt['acceptance']:6.1%}  "
-          f"tau {pt['tau']:.3f}  ({pt['accepted']}/{pt['proposed']} drafts, {pt['tokens']} tokens)", flush=True)
+def _show(pt: dict, label: str = "") -> None:
+    head = label or f"after {pt['prompts']:3d} prompts [{pt['version']}]"
+    tau = f"tau {pt['tau']:.3f}" if pt["measured"] else "tau (not measured)"
+    print(f"held-out {head}: acceptance {acceptance_text(pt['accepted'], pt['proposed'])}, {tau} "
+          f"({pt['tokens']} tokens in {pt['target_passes']} target passes, k = {pt['k']}, {pt['seconds']:.0f} s)",
+          flush=True)
 
 
-def _plot(curve: list[dict], path: Path) -> Path | None:
+def _plot(curve: list[dict], control: dict | None, path: Path, settings=None) -> Path | None:
     try:
         import matplotlib
 
@@ -176,15 +245,32 @@ def _plot(curve: list[dict], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    x = [p["prompts"] for p in curve]
-    fig, ax1 = plt.subplots(figsize=(6, 3.5))
-    ax1.plot(x, [100 * p["acceptance"] for p in curve], "o-", color="tab:blue", label="acceptance %")
+    ok = [p for p in curve if p["measured"]]
+    low = [p for p in curve if not p["measured"]]
+    x = [p["prompts"] for p in ok]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    ax1.plot(x, [100 * p["acceptance"] for p in ok], "o-", color="tab:blue", label="trained drafter")
+    for p in ok:
+        ax1.annotate(f"{p['accepted']}/{p['proposed']}", (p["prompts"], 100 * p["acceptance"]), fontsize=7,
+                     textcoords="offset points", xytext=(0, 6), ha="center")
+    ax2.plot(x, [p["tau"] for p in ok], "s-", color="tab:orange", label="trained drafter")
+    if control is not None and control["measured"]:
+        ax1.axhline(100 * control["acceptance"], ls="--", color="grey",
+                    label=f"control: untrained, {control['qtype']} ({control['accepted']}/{control['proposed']})")
+        ax2.axhline(control["tau"], ls="--", color="grey", label=f"control: untrained, {control['qtype']}")
+    if low:
+        ax1.plot([p["prompts"] for p in low], [0] * len(low), "x", color="red", clip_on=False,
+                 label="too few drafted tokens (not a rate)")
     ax1.set_xlabel("training prompts seen")
-    ax1.set_ylabel("held-out acceptance (%)", color="tab:blue")
-    ax2 = ax1.twinx()
-    ax2.plot(x, [p["tau"] for p in curve], "s--", color="tab:orange", label="tau")
-    ax2.set_ylabel("tokens per target pass", color="tab:orange")
-    ax1.set_title("omnidraft adapt: drafter on the held-out slice")
+    ax1.set_ylabel("held-out acceptance (%)")
+    ax2.set_xlabel("training prompts seen")
+    ax2.set_ylabel("tokens per target pass (tau)")
+    k = curve[0]["k"] if curve else "?"
+    pair = f"{settings.draft} -> {settings.target}, " if settings is not None else ""
+    fig.suptitle(f"omnidraft adapt: {pair}held-out, greedy, k = {k}", fontsize=10)
+    for ax in (ax1, ax2):
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -197,10 +197,20 @@ $("stop").addEventListener("click", () => running?.abort());
 const TOTALS = [   // [key, label, format]: shown when the server reports them
   ["generations", "answers", String], ["requests", "requests", String],
   ["completion_tokens", "tokens generated", String],
-  ["acceptance_rate", "acceptance", (v) => `${(100 * v).toFixed(1)}%`],
+  ["acceptance_rate", "acceptance", (_, t) => rateText(t)],
   ["tau", "tokens / target pass", (v) => v.toFixed(2)],
   ["tokens_per_s", "average tok/s", (v) => v.toFixed(1)],
 ];
+
+// A rate comes with its counts; below min_drafted drafted tokens it is noise and not shown as a rate.
+const MIN_DRAFTED = 50;
+const measured = (r, min) => typeof r.proposed === "number" && r.proposed >= min;
+function rateText(r, min = r.min_drafted ?? MIN_DRAFTED) {
+  if (typeof r.proposed !== "number") return "not measured (no counts)";
+  const counts = `${r.accepted}/${r.proposed} drafted`;
+  return measured(r, min) ? `${(100 * r.accepted / r.proposed).toFixed(1)}% (${counts})`
+    : `not measured (${counts}, < ${min})`;
+}
 
 async function refreshLearning() {
   try {
@@ -209,20 +219,23 @@ async function refreshLearning() {
     const pair = st.draft && st.target ? `${st.draft} drafting for ${st.target}; ` : "";
     $("learn-pair").textContent = `${pair}drafter version ${st.drafter_version || "?"}; `
       + `${h.length} answer${h.length === 1 ? "" : "s"} so far.`;
-    const pts = (key) => h.map((r) => ({ t: r.t, y: r[key] ?? 0, version: r.drafter_version }));
-    $("chart-acc").replaceChildren(lineChart(pts("acceptance_rate"),
-      { title: "Acceptance rate", yMax: 1, format: (v) => `${Math.round(v * 100)}%` }));
+    const pts = (key, rows = h) => rows.map((r) => ({ t: r.t, y: r[key] ?? 0, version: r.drafter_version }));
+    const min = st.totals?.min_drafted ?? MIN_DRAFTED;
+    const accRows = h.filter((r) => measured(r, min));   // answers that drafted too little are not plotted
+    $("chart-acc").replaceChildren(lineChart(pts("acceptance_rate", accRows),
+      { title: `Acceptance (answers with ≥ ${min} drafted)`, yMax: 1, format: (v) => `${Math.round(v * 100)}%` }));
     $("chart-tps").replaceChildren(lineChart(pts("tokens_per_s"),
       { title: "Speed (tok/s)", format: (v) => v.toFixed(1) }));
-    const last = h[h.length - 1];
-    $("chart-acc").setAttribute("aria-label", `Acceptance rate over ${h.length} answers`
-      + (last ? `, last ${Math.round(100 * (last.acceptance_rate ?? 0))}%` : ""));
+    const last = h[h.length - 1], lastAcc = accRows[accRows.length - 1], few = h.length - accRows.length;
+    $("chart-acc").setAttribute("aria-label", `Acceptance rate over ${accRows.length} of ${h.length} answers`
+      + (few ? ` (${few} drafted fewer than ${min} tokens: not plotted)` : "")
+      + (lastAcc ? `, last ${rateText(lastAcc, min)}` : ""));
     $("chart-tps").setAttribute("aria-label", `Tokens per second over ${h.length} answers`
       + (last ? `, last ${(last.tokens_per_s ?? 0).toFixed(1)}` : ""));
     const totals = st.totals || {};
     $("totals").replaceChildren(...TOTALS.filter(([k]) => typeof totals[k] === "number").flatMap(([k, label, f]) => {
       const dt = document.createElement("dt"); dt.textContent = label;
-      const dd = document.createElement("dd"); dd.textContent = f(totals[k]);
+      const dd = document.createElement("dd"); dd.textContent = f(totals[k], totals);
       return [dt, dd];
     }));
   } catch (e) {

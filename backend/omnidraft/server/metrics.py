@@ -1,5 +1,9 @@
 """Counters, a rolling per-request history, and the Prometheus text rendering.
 
+Acceptance rates are reported with their counts (``proposed``, ``accepted``), per answer and in the
+totals, and ``totals.acceptance`` says it in words ("42.0 % (84/200 drafted)"), or "not measured"
+below ``rates.MIN_DRAFTED`` drafted tokens.
+
 Every method takes the one lock: HTTP threads count requests, the engine worker counts generations.
 """
 
@@ -8,6 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
+
+from ..rates import MIN_DRAFTED, acceptance_text
 
 
 def _esc(v: str) -> str:
@@ -49,6 +55,7 @@ class Metrics:
             self.history.append({
                 "t": time.time(), "endpoint": endpoint, "method": method, "drafter_version": drafter_version,
                 "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.completion_tokens,
+                "proposed": stats.proposed, "accepted": stats.accepted,  # a rate comes with its counts
                 "tokens_per_s": round(stats.tokens_per_s, 3), "acceptance_rate": round(stats.acceptance_rate, 4),
                 "tau": round(stats.tau, 4), "total_s": round(stats.total_s, 4), "finish_reason": finish_reason})
             self.drafter_version = drafter_version
@@ -75,6 +82,8 @@ class Metrics:
                 "prompt_tokens": t.get("prompt_tokens", 0), "completion_tokens": t.get("completion_tokens", 0),
                 "proposed": t.get("proposed", 0), "accepted": t.get("accepted", 0),
                 "acceptance_rate": t["accepted"] / t["proposed"] if t.get("proposed") else 0.0,
+                "acceptance": acceptance_text(t.get("accepted", 0), t.get("proposed", 0)),
+                "min_drafted": MIN_DRAFTED,  # below this many drafted tokens a rate is not shown
                 "tau": t["completion_tokens"] / t["target_passes"] if t.get("target_passes") else 0.0,
                 "tokens_per_s": t.get("completion_tokens", 0) / gen_s if gen_s else 0.0,
                 "draft_s": t.get("draft_s", 0.0), "verify_s": t.get("verify_s", 0.0),

@@ -39,8 +39,10 @@ def register(sub) -> None:
     a = sub.add_parser("adapt", help="the whole online loop on a prompt stream, with a held-out curve",
                        description="Generate with speculation, record, upload, train every --interval prompts, "
                                    "swap the drafter in, and measure acceptance and tokens per target pass on a "
-                                   "fixed held-out slice after each update; writes adapt.json and adapt.png.",
-                       epilog="Example: omnidraft adapt --n-train 12 --interval 4 --out adapt-out")
+                                   "fixed held-out slice (drafting --eval-k tokens per step) after each update, "
+                                   "beside a control (the untrained drafter re-exported the same way); writes "
+                                   "adapt.json and adapt.png.",
+                       epilog="Example: omnidraft adapt --threads 2   (defaults: BENCHMARKS.md section 2)")
     add_dataclass_args(a, AdaptConfig)
     add_dataclass_args(a, Settings)
     a.set_defaults(func=_cmd_adapt)
@@ -54,7 +56,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     cfg = dataclass_from_args(TrainerConfig, args)
     trainer = Trainer(cfg).start()
     app = create_app(trainer)
-    print(f"trainer on http://{cfg.host}:{cfg.port}  (state {cfg.root()}, interval {cfg.interval})", flush=True)
+    token_at = "--token" if cfg.token else cfg.root() / "token"
+    print(f"trainer on http://{cfg.host}:{cfg.port}  (state {cfg.root()}, interval {cfg.interval}, "
+          f"token in {token_at})", flush=True)
     try:
         from waitress import serve
 
@@ -71,6 +75,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_drafter(args: argparse.Namespace) -> int:
+    from omnidraft.rates import acceptance_text
     from omnidraft.registry import DrafterRegistry
 
     from .service import TrainerConfig
@@ -88,12 +93,13 @@ def _cmd_drafter(args: argparse.Namespace) -> int:
         print(json.dumps(versions, indent=1))
         return 0
     cur = reg.current()
-    print(f"{'':2}{'version':8} {'parent':8} {'steps':>6} {'records':>8} {'loss':>8} {'check':>8} {'held-out acc':>12}")
+    print(f"{'':2}{'version':8} {'parent':8} {'steps':>6} {'records':>8} {'loss':>8} {'check':>8}  held-out acceptance")
     for m in versions:
-        ho = m.get("heldout", {}).get("acceptance")
+        ho = m.get("heldout", {})
+        acc = acceptance_text(ho["accepted"], ho["proposed"]) if "proposed" in ho else ""
         print(f"{'*' if m['current'] else ' ':2}{m['version']:8} {m.get('parent', ''):8} {m.get('steps', 0):6d} "
               f"{m.get('records_seen', 0):8d} {m.get('loss_mean') or 0:8.4f} "
-              f"{m.get('check', {}).get('rel_error', 0):8.4f} {'' if ho is None else f'{ho:.1%}':>12}")
+              f"{m.get('check', {}).get('rel_error', 0):8.4f}  {acc}")
     print(f"current: {cur[0] if cur else 'base (nothing published)'}  registry: {reg.root}")
     return 0
 

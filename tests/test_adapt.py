@@ -1,0 +1,73 @@
+"""``omnidraft adapt`` on tiny models: the held-out evaluation drafts eval_k tokens per step even when the
+stream's policy never drafts; the control and the per-update points are there, with their counts."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from omnidraft import costmodel  # noqa: E402
+from omnidraft.adapt import AdaptConfig, run  # noqa: E402
+from omnidraft.costmodel import CostModel  # noqa: E402
+from omnidraft.rates import MIN_DRAFTED  # noqa: E402
+from omnidraft.session import Settings  # noqa: E402
+
+from tests.gguf_helpers import tiny_gguf  # noqa: E402
+
+K = 3
+
+
+def never_draft(target, draft, max_batch, repeats=5) -> CostModel:
+    """A cost model under which drafting never pays, not even with every token accepted."""
+    return CostModel(t_verify={n: 0.01 * n for n in range(1, max_batch + 1)}, t_draft=1.0)
+
+
+@pytest.fixture(scope="module")
+def adapt_run(tmp_path_factory):
+    draft, target = tiny_gguf(tmp_path_factory, "llama"), tiny_gguf(tmp_path_factory, "qwen2")
+    root = tmp_path_factory.mktemp("adapt")
+    prompts = root / "prompts.txt"
+    prompts.write_text("def add(a, b):\nclass Stack:\ndef mean(xs):\ndef is_prime(n):\ndef fib(n):\n")
+    cfg = AdaptConfig(prompts=str(prompts), n_train=2, n_heldout=2, interval=2, max_tokens=8, eval_max_tokens=24,
+                      eval_k=K, lr=1e-3, lora_rank=4, qtype="q8_0", out=str(root / "out"))
+    settings = Settings(target=str(target), draft=str(draft), policy="cost", k=K, threads=2, n_ctx=1024,
+                        draft_n_ctx=1024, state_dir=str(root / "state"))
+    mp = pytest.MonkeyPatch()
+    mp.setattr(costmodel, "measure", never_draft)  # what Session.measure_costs seeds the stream's policy with
+    mp.setattr("omnidraft.adapt._prompt", lambda gen, item: gen.prompt_from_text(item[0]))  # no chat template
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            result = run(cfg, settings, threads=2)
+    finally:
+        mp.undo()
+    return result, cfg, printed.getvalue()
+
+
+def test_eval_drafts_k_per_step_while_the_stream_policy_drafts_nothing(adapt_run):
+    result, cfg, printed = adapt_run
+    stream = [line for line in printed.splitlines() if line.startswith("prompt ")]
+    assert len(stream) == cfg.n_train and all("not measured (0/0 drafted" in line for line in stream), printed
+    assert [p["version"] for p in result["curve"]] == ["base", "v0001"]
+    for p in result["curve"] + [result["control"]]:
+        lengths = {int(k): n for k, n in p["draft_lengths"].items()}
+        assert p["k"] == K and p["proposed"] > 0 and p["drafted"] == sum(k * n for k, n in lengths.items())
+        assert max(lengths) == K and lengths[K] >= 0.75 * sum(lengths.values())  # fewer only at the length limit
+        assert p["measured"] == (p["proposed"] >= MIN_DRAFTED)
+    held = [line for line in printed.splitlines() if line.startswith("held-out ")]
+    assert len(held) == 3 and all(f"k = {K}" in line and "drafted" in line for line in held)
+
+
+def test_control_is_the_untrained_drafter_through_the_export_path(adapt_run):
+    result, cfg, printed = adapt_run
+    c = result["control"]
+    assert c["qtype"] == "q8_0" and c["check"]["ok"] and "control" in c["version"]
+    assert (Path(cfg.out) / "control-q8_0.gguf").is_file() and (Path(cfg.out) / "adapt.json").is_file()
+    assert "held-out control:" in printed
+    assert all(u["check"]["ok"] for u in result["updates"])
