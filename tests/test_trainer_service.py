@@ -32,9 +32,9 @@ def _record(i: int, rng) -> dict:
             "target_ids": list(range(n)), "n_sub": [1] * n, "from_draft": [0] * n, "stats": {}}
 
 
-def _post(port: int, recs: list, gz: bool = True) -> dict:
+def _post(port: int, recs: list, token: str, gz: bool = True) -> dict:
     body = json.dumps({"records": recs}).encode()
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
     if gz:
         body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/records", data=body, headers=headers, method="POST")
@@ -50,15 +50,16 @@ def test_serve_dedups_trains_publishes_and_rolls_back(tmp_path_factory, tmp_path
     rng = np.random.default_rng(0)
     recs = [_record(i, rng) for i in range(4)]
     try:
-        assert _post(port, recs[:2]) == {"accepted": 2, "duplicates": 0, "rejected": 0}
-        assert _post(port, recs[:2], gz=False) == {"accepted": 0, "duplicates": 2, "rejected": 0}  # at-least-once
-        assert _post(port, [{"schema": "nope"}])["rejected"] == 1
+        tok = trainer.token
+        assert _post(port, recs[:2], tok) == {"accepted": 2, "duplicates": 0, "rejected": 0}
+        assert _post(port, recs[:2], tok, gz=False) == {"accepted": 0, "duplicates": 2, "rejected": 0}  # at-least-once
+        assert _post(port, [{"schema": "nope"}], tok)["rejected"] == 1
         assert trainer.maybe_update() is None  # 2 < interval
         # the client side: outbox + uploader deliver the rest (one duplicate among them)
         ob = Outbox(tmp_path / "ob.sqlite")
         for r in recs[1:]:
             ob.put(r)
-        up = Uploader(ob, f"http://127.0.0.1:{port}", interval_s=0.05).start()
+        up = Uploader(ob, f"http://127.0.0.1:{port}", interval_s=0.05, token=tok).start()
         assert up.flush(10.0)
         up.stop()
         assert trainer.inbox.counts() == {"records": 4, "untrained": 4}
@@ -67,7 +68,7 @@ def test_serve_dedups_trains_publishes_and_rolls_back(tmp_path_factory, tmp_path
         assert trainer.inbox.counts()["untrained"] == 0
         assert trainer.registry.current()[0] == "v0001"
         for i in range(4, 7):  # a second update continues from the first
-            _post(port, [_record(i, rng)])
+            _post(port, [_record(i, rng)], tok)
         assert trainer.maybe_update()["parent"] == "v0001"
     finally:
         server.shutdown()

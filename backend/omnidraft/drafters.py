@@ -27,6 +27,17 @@ class PromptInput:
     target_ids: list[int]
     text: bytes  # the rendered prompt, special tokens written out as text
     messages: list[dict] | None = None
+    # character spans of text that are plain text (message contents; a whole completion prompt):
+    # control-token text there is never parsed as a control token (chat.tokenize); None = no such spans
+    plain: list[tuple[int, int]] | None = None
+
+    def tokenize(self, engine: Engine) -> list[int]:
+        """This prompt in another engine's vocabulary (its own BOS rule), contents kept as text."""
+        from . import chat
+
+        if self.plain is None:
+            return engine.tokenize(self.text, add_bos=engine.add_bos, special=True)
+        return chat.tokenize(engine, self.text.decode("utf-8"), self.plain, engine.add_bos)
 
 
 @dataclass
@@ -111,7 +122,7 @@ class ModelDrafter:
 
     def _prompt_ids(self, prompt: PromptInput) -> list[int]:
         e = self.engine
-        ids = e.tokenize(prompt.text, add_bos=e.add_bos, special=True)
+        ids = prompt.tokenize(e)
         return ids or [e.bos_id if e.bos_id >= 0 else 0]
 
     def draft(self, k: int, keep_going: Callable[[int, DraftFeatures], bool]) -> Candidates:

@@ -47,3 +47,7 @@ class BadRequest(OmniDraftError):
     """Invalid user parameters (CLI or HTTP)."""
 
     http_status = 400
+
+
+class RegistryCorrupt(OmniDraftError):
+    """A drafter registry file (CURRENT) holds something other than what publish writes."""

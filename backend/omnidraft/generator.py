@@ -149,17 +149,20 @@ class Generator:
         ids = self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
         if not ids:
             raise BadRequest("empty prompt")
-        return PromptInput(ids, text.encode("utf-8"))
+        return PromptInput(ids, text.encode("utf-8"), plain=[(0, len(text))])
 
     def prompt_from_messages(self, messages: list[dict]) -> PromptInput:
         msgs = chat.validate_messages(messages)
         t = self.target
         bos = t.special_text(t.bos_id).decode("utf-8", "replace") if t.bos_id >= 0 else ""
         eos = t.special_text(t.eos_id).decode("utf-8", "replace") if t.eos_id >= 0 else ""
-        text = chat.render(t.chat_template, msgs, bos_token=bos, eos_token=eos)
+        text, plain = chat.render_marked(t.chat_template, msgs, bos_token=bos, eos_token=eos)
+        if plain is None and chat.content_has_control_text(t, msgs):
+            raise BadRequest("a message holds control-token text and this model's chat template rewrites "
+                             "message contents, so it cannot be kept as plain text")
         add_bos = t.add_bos and not (bos and text.startswith(bos))
-        ids = t.tokenize(text, add_bos=add_bos, special=True)
-        return PromptInput(ids, text.encode("utf-8"), msgs)
+        ids = chat.tokenize(t, text, plain, add_bos)  # contents as text: no injected control tokens
+        return PromptInput(ids, text.encode("utf-8"), msgs, plain)
 
     # ------------------------------------------------------------------ loop
     def generate(self, prompt: PromptInput, params: GenerationParams | None = None) -> Final:

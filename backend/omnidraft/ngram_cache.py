@@ -20,6 +20,7 @@ import os
 import struct
 import sys
 import tempfile
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,8 @@ class NGramCache:
         if version != VERSION:
             raise CacheFileError(f"{path}: format version {version}, this build reads {VERSION}")
         header = json.loads(body[10: 10 + hlen])
+        if not isinstance(header, dict):
+            raise CacheFileError(f"{path}: header is not a JSON object")
         if (header.get("draft_fp"), header.get("target_fp")) != (draft_fp, target_fp):
             raise CacheFileError(f"{path}: belongs to another vocabulary pair")
         off = 10 + hlen
@@ -190,7 +193,10 @@ class NGramCache:
             off += 1 + 4 * n + _REC_TAIL.size
             cache._map[tuple(key)] = _Entry(target, hits, tick)
             cache._bytes += entry_bytes(n)
-        cache._tick = int(header.get("tick", 0))
+        tick = header.get("tick", 0)
+        if isinstance(tick, bool) or not isinstance(tick, int):
+            raise CacheFileError(f"{path}: header 'tick' is not an integer")
+        cache._tick = tick
         cache._evict()
         return cache
 
@@ -203,12 +209,16 @@ class NGramCache:
             return cls(draft_fp, target_fp, budget_bytes, policy)
         try:
             return cls.load(p, draft_fp, target_fp, budget_bytes, policy)
-        except (CacheFileError, ValueError, struct.error, IndexError, UnicodeDecodeError) as e:
+        except (CacheFileError, OSError, ValueError, struct.error, IndexError, UnicodeDecodeError) as e:
+            # OSError: e.g. the path is a directory.  Moved aside so that the next save can write there.
             log.warning("n-gram cache not loaded, starting fresh: %s", e)
+            aside = p.with_name(p.name + ".bad")
+            if aside.exists():
+                aside = p.with_name(f"{p.name}.bad-{time.time_ns()}")
             try:
-                os.replace(p, p.with_name(p.name + ".bad"))  # kept for inspection, not re-read
-            except OSError:
-                pass
+                os.replace(p, aside)  # kept for inspection, not re-read
+            except OSError as e2:
+                log.warning("could not move %s aside (%s): the n-gram cache will not be saved there", p, e2)
             return cls(draft_fp, target_fp, budget_bytes, policy)
 
 

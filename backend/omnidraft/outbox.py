@@ -7,6 +7,8 @@ Outbox (SQLite, one file):
   survives power loss as well as a killed process.  ``NORMAL`` would survive a killed process
   only; a record is written once per generation (seconds of compute), so the one fsync (about a
   millisecond on flash) is not worth trading away.
+* A file SQLite cannot read (not a database, damaged pages) is renamed ``<name>.corrupt-<time>``
+  (kept for inspection), with a warning, and an empty outbox starts in its place.
 * Delivery is at-least-once: ``peek_batch`` does not remove rows, ``ack`` deletes them after the
   trainer answered 200.  A crash between the two re-sends the batch; the trainer dedups by record id.
   ``put`` of a record whose ``id`` is already queued is ignored (returns the existing row id).
@@ -16,9 +18,9 @@ Outbox (SQLite, one file):
   larger than ``max_bytes`` on its own is dropped at once.  SQLite reuses freed pages, so the file
   stays near ``max_bytes`` plus page overhead; the WAL is checkpointed by SQLite's autocheckpoint.
 
-Uploader: a daemon thread that posts batches as ``{"records": [...]}`` (gzip body) to
-``<url>/v1/records``, acks on HTTP 200 and backs off exponentially (``interval_s`` doubling up to
-``max_backoff_s``) while the trainer is unreachable.  It never blocks ``put`` beyond one short SQLite
+Uploader: a daemon thread that posts batches as ``{"records": [...]}`` (gzip body, the trainer's
+shared token as a Bearer token) to ``<url>/v1/records``, acks on HTTP 200 and backs off
+exponentially (``interval_s`` doubling up to ``max_backoff_s``) while the trainer is unreachable.  It never blocks ``put`` beyond one short SQLite
 transaction and never raises into its caller.
 """
 
@@ -57,10 +59,26 @@ class Outbox:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
+        try:
+            self._open()
+        except sqlite3.DatabaseError as e:  # not a database, or a damaged one: keep it aside, start fresh
+            if getattr(self, "_db", None) is not None:
+                self._db.close()
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+            for suffix in ("", "-wal", "-shm"):
+                p = Path(str(self.path) + suffix)
+                if p.exists():
+                    p.replace(str(aside) + suffix)
+            log.warning("outbox %s is unreadable (%s): set aside as %s; starting an empty outbox",
+                        self.path, e, aside.name)
+            self._open()
+
+    def _open(self) -> None:
         self._db = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        # reads every row's size: most damage to the file shows here rather than in a later put
         self._bytes = int(self._db.execute("SELECT COALESCE(SUM(nbytes), 0) FROM records").fetchone()[0])
 
     # ---------------------------------------------------------------- writes
@@ -167,8 +185,9 @@ class Uploader:
     """Background thread: outbox -> POST <url>/v1/records, ack on 200, exponential backoff on failure."""
 
     def __init__(self, outbox: Outbox, url: str, batch_size: int = 32, interval_s: float = 2.0,
-                 timeout_s: float = 5.0, max_backoff_s: float = 60.0, gzip_body: bool = True):
+                 timeout_s: float = 5.0, max_backoff_s: float = 60.0, gzip_body: bool = True, token: str = ""):
         self.outbox, self.url = outbox, url.rstrip("/") + "/v1/records"
+        self.token = token  # the trainer's shared token (sent as a Bearer token)
         self.batch_size, self.interval_s, self.timeout_s = batch_size, interval_s, timeout_s
         self.max_backoff_s, self.gzip_body = max_backoff_s, gzip_body
         self._stop = threading.Event()
@@ -213,6 +232,8 @@ class Uploader:
             return 0
         body = json.dumps({"records": [r for _, r in batch]}, separators=(",", ":")).encode("utf-8")
         headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         if self.gzip_body:
             body = gzip.compress(body, 6)
             headers["Content-Encoding"] = "gzip"

@@ -60,7 +60,7 @@ def build_record(final, prompt, pair, method: str, drafter_version: str) -> dict
     codec = pair.draft_codec
     target_bytes = pair.target_codec.token_bytes
     draft = pair.draft
-    prompt_ids = [int(t) for t in draft.tokenize(prompt.text, add_bos=draft.add_bos, special=True)]
+    prompt_ids = [int(t) for t in prompt.tokenize(draft)]
 
     # per target output token: its top-k and whether it was an accepted draft
     tokens, topks, from_draft = [], [], []

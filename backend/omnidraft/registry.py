@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .errors import BadRequest
+from .errors import BadRequest, RegistryCorrupt
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,23 @@ class DrafterRegistry:
 
     # ------------------------------------------------------------------ read
     def current(self) -> tuple[str, Path] | None:
-        """(version id, GGUF path) generators should use, or None if nothing was published."""
+        """(version id, GGUF path) generators should use, or None if nothing was published.
+
+        Raises RegistryCorrupt if CURRENT is not what publish writes (``rollback`` repairs it)."""
         try:
-            version = json.loads((self.root / "CURRENT").read_text())["version"]
-        except (FileNotFoundError, ValueError, KeyError):
+            raw = (self.root / "CURRENT").read_text()
+        except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError) as e:
+            raise RegistryCorrupt(f"registry {self.root}: CURRENT is unreadable ({e}); "
+                                  f"repair it with 'omnidraft drafter rollback VERSION'") from None
+        try:
+            version = json.loads(raw)["version"]
+            if not isinstance(version, str):
+                raise TypeError("version is not a string")
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise RegistryCorrupt(f"registry {self.root}: CURRENT does not name a version ({type(e).__name__}: "
+                                  f"{e}); repair it with 'omnidraft drafter rollback VERSION'") from None
         path = self.path_of(version)
         if path is None or not path.is_file():
             log.error("registry %s: CURRENT names %s, which is missing", self.root, version)
@@ -111,7 +123,11 @@ class DrafterRegistry:
             else:
                 shutil.copyfile(gguf, dst)
             _fsync(dst)
-            cur = self.current()
+            try:
+                cur = self.current()
+            except RegistryCorrupt as e:  # this publish repairs CURRENT
+                log.warning("%s", e)
+                cur = None
             m = dict(meta or {})
             m.setdefault("parent", cur[0] if cur else BASE)
             m.update(version=version, published=time.time(), size=dst.stat().st_size)

@@ -37,11 +37,11 @@ class TextStream:
         return self._release(final=False)
 
     def finish(self) -> list[Chunk]:
-        """End of generation: flush what is held back (a dangling partial char becomes U+FFFD)."""
-        if not self.stopped:
-            tail = self._dec.decode(b"", final=True)
-            self.text += tail
-            self.flags.extend([False] * len(tail))
+        """End of generation: flush what is held back.
+
+        A character cut off by max_tokens (its first bytes only) is dropped, never shown as U+FFFD:
+        the text stays what the tokens spell up to their last complete character."""
+        self._dec.reset()
         return self._release(final=True)
 
     def _release(self, final: bool) -> list[Chunk]:

@@ -3,15 +3,14 @@
 Design (STYLE.md #8): HTTP threads (waitress) only parse, submit a job to the single
 ``EngineWorker`` that owns the Session, and format its events as OpenAI JSON or SSE.
 
-Timeouts: a request's budget (queue wait + generation, ``request_timeout_s``) is enforced by
-the worker between chunks.  If nothing was generated yet the answer is HTTP 504; otherwise the
+Timeouts: a request's budget (queue wait + generation, ``request_timeout_s``, counted from its
+arrival) is enforced by the worker between chunks.  If nothing was generated yet the answer is HTTP 504; otherwise the
 text so far is returned (or the stream finished) with ``finish_reason: "length"`` and
 ``omnidraft.timed_out: true``.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from flask import Flask, Response, jsonify, redirect, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
+from .. import httpguard
 from ..textstream import Chunk
 from .config import ServerConfig
 from .metrics import Metrics
@@ -98,15 +98,20 @@ def _endpoint_label() -> str:
 
 def _install_hooks(app: Flask) -> None:
     @app.before_request
+    def _guard():  # cross-site "simple" POSTs from web pages: see omnidraft.httpguard
+        refused = httpguard.refusal(request, state(app).config.cors_origin)
+        if refused is not None:
+            status, msg, code = refused
+            raise ApiError(status, msg, code=code)
+
+    @app.before_request
     def _auth():
         key = state(app).config.api_key
         if not key or request.method == "OPTIONS":
             return None
         if not (request.path.startswith("/v1/") or request.path == "/metrics"):
             return None
-        got = request.headers.get("Authorization", "")
-        token = got[7:] if got[:7].lower() == "bearer " else ""
-        if not hmac.compare_digest(token.encode(), key.encode()):
+        if not httpguard.bearer_ok(request, key):
             raise ApiError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')",
                            code="invalid_api_key")
         return None
@@ -150,6 +155,17 @@ def _json_body():
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise ApiError(400, f"malformed JSON body: {e}", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, "malformed JSON body: nested too deeply", code="invalid_json") from None
+
+
+def _arrived(disconnected) -> float:
+    """When waitress queued this request (stamped on its channel by server.cli.build_server), else now.
+
+    The stamp is taken once: a request pipelined behind it on the same connection counts from now."""
+    channel = getattr(disconnected, "__self__", None)
+    stamp = channel.__dict__.pop("omnidraft_arrived", None) if hasattr(channel, "__dict__") else None
+    return min(stamp, time.monotonic()) if isinstance(stamp, float) else time.monotonic()
 
 
 def _sse(obj) -> str:
@@ -160,8 +176,8 @@ def _install_routes(app: Flask) -> None:
     def complete(kind: str):
         st = state(app)
         req = parse_request(_json_body(), kind, st.n_ctx, st.model_ids)
-        job = Job(req, _endpoint_label(), time.monotonic() + st.config.request_timeout_s,
-                  request.environ.get("waitress.client_disconnected"))
+        disconnected = request.environ.get("waitress.client_disconnected")
+        job = Job(req, _endpoint_label(), _arrived(disconnected) + st.config.request_timeout_s, disconnected)
         st.worker.submit(job)
         try:
             first = job.next_event()

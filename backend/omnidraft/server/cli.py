@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import signal
 import sys
+import time
 
 from ..errors import OmniDraftError
 
@@ -64,8 +65,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: refusing to bind {cfg.host!r} (not loopback) without --api-key: anyone on the network "
               f"could use this machine's CPU. Pass --api-key KEY or bind 127.0.0.1.", file=sys.stderr)
         return 2
-    if cfg.queue_size < 1 or cfg.http_threads < 1 or cfg.request_timeout_s <= 0:
-        print("error: --queue-size, --http-threads and --request-timeout-s must be positive", file=sys.stderr)
+    if cfg.queue_size < 1 or cfg.http_threads < 0 or cfg.request_timeout_s <= 0:
+        print("error: --queue-size and --request-timeout-s must be positive, --http-threads >= 0", file=sys.stderr)
+        return 2
+    if cfg.threads() < cfg.queue_size + 2:
+        print(f"error: --http-threads {cfg.http_threads} cannot hold --queue-size {cfg.queue_size} waiting requests "
+              f"plus the running one and /health: extra requests would wait in waitress's queue, where neither "
+              f"429 nor the timeout reaches them. Use at least {cfg.queue_size + 2}, or 0 (auto).", file=sys.stderr)
         return 2
     registry_cls = _optional("omnidraft.registry", "DrafterRegistry") if cfg.registry else None
     if cfg.registry and registry_cls is None:
@@ -91,8 +97,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
         session.close()
 
 
-def _serve(session, cfg, record_fns) -> int:
+def _default_trainer_token() -> str:
+    from .. import httpguard, models
+
+    path = models.cache_dir() / "trainer" / httpguard.TOKEN_FILE
+    token = httpguard.read_token(path)
+    if not token:
+        log.warning("no --trainer-token and no %s: uploads will be refused until the trainer's token is given", path)
+    return token
+
+
+def build_server(app, cfg):
+    """The waitress server for ``app``: ``cfg.threads()`` threads, arrival times stamped.
+
+    channel_request_lookahead lets waitress notice a client that hangs up mid-request, so the
+    worker can stop that generation (Job.gone) instead of finishing it for nobody."""
     import waitress
+    from waitress.task import ThreadedTaskDispatcher
+
+    class ArrivalDispatcher(ThreadedTaskDispatcher):
+        """Stamps when a connection's request was queued, so its timeout counts from arrival (app._arrived)."""
+
+        def add_task(self, task):
+            task.omnidraft_arrived = time.monotonic()
+            super().add_task(task)
+
+    dispatcher = ArrivalDispatcher()
+    dispatcher.set_thread_count(cfg.threads())
+    return waitress.create_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads(), _dispatcher=dispatcher,
+                                  channel_request_lookahead=1, ident="omnidraft")
+
+
+def _serve(session, cfg, record_fns) -> int:
 
     from .app import create_app, shutdown
 
@@ -101,13 +137,10 @@ def _serve(session, cfg, record_fns) -> int:
         outbox_cls, uploader_cls, build_record = record_fns
         session.state_dir.mkdir(parents=True, exist_ok=True)
         outbox = outbox_cls(session.state_dir / "outbox.sqlite", OUTBOX_MAX_BYTES)
-        uploader = uploader_cls(outbox, cfg.trainer_url)
+        uploader = uploader_cls(outbox, cfg.trainer_url, token=cfg.trainer_token or _default_trainer_token())
         uploader.start()
     app = create_app(session, cfg, outbox=outbox, build_record=build_record, uploader=uploader)
-    # channel_request_lookahead lets waitress notice a client that hangs up mid-request, so the
-    # worker can stop that generation (Job.gone) instead of finishing it for nobody.
-    server = waitress.create_server(app, host=cfg.host, port=cfg.port, threads=cfg.http_threads,
-                                    channel_request_lookahead=1, ident="omnidraft")
+    server = build_server(app, cfg)
 
     def _stop(signum, frame):
         raise KeyboardInterrupt

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+
+SPARE_THREADS = 4
 
 
 def _default_app_dir() -> Path:
@@ -15,7 +19,6 @@ def _default_app_dir() -> Path:
 
 
 DEFAULT_APP_DIR = _default_app_dir()
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass
@@ -29,16 +32,42 @@ class ServerConfig:
     request_timeout_s: float = field(default=300.0,
                                      metadata={"help": "queue wait + generation wall time per request (s)"})
     max_body_kb: int = field(default=1024, metadata={"help": "largest request body (KiB); larger gets 413"})
-    http_threads: int = field(default=8, metadata={"help": "waitress worker threads (HTTP connections served at once)"})
+    http_threads: int = field(default=0, metadata={"help": "waitress worker threads; 0 = queue size + 1 + "
+                                                          f"{SPARE_THREADS} (every waiting request holds one)"})
     trainer_url: str = field(default="", metadata={"help": "send generation records to this trainer (via outbox)"})
+    trainer_token: str = field(default="", metadata={"help": "the trainer's shared token (default: the one "
+                                                             "`trainer serve` wrote to <cache>/trainer/token)"})
     registry: str = field(default="", metadata={"help": "drafter registry directory: hot-swap published versions"})
     app_dir: str = field(default="", metadata={"help": "phone web app directory served at /app/ (default: "
                                                        "the one installed with omnidraft)"})
     save_every: int = field(default=50, metadata={"help": "persist the n-gram cache every N requests"})
     history: int = field(default=500, metadata={"help": "requests kept for /v1/omnidraft/stats"})
 
+    def threads(self) -> int:
+        """HTTP threads: one per request the engine queue admits, the running one, and spares for
+        /health, /metrics and the 429 answers, so requests wait in the engine queue (which answers
+        429 and counts the timeout), never unseen in waitress's own queue."""
+        return self.http_threads or self.queue_size + 1 + SPARE_THREADS
+
     def app_path(self) -> Path:
         return Path(self.app_dir) if self.app_dir else DEFAULT_APP_DIR
 
     def is_loopback(self) -> bool:
-        return self.host in LOOPBACK or self.host.startswith("127.")
+        return is_loopback_host(self.host)
+
+
+def is_loopback_host(host: str) -> bool:
+    """True if every address ``host`` resolves to is a loopback address.
+
+    A name is resolved, not matched as text: '127.evil.example' is whatever DNS says it is,
+    and a name that does not resolve is not loopback."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    addrs = {info[4][0].split("%", 1)[0] for info in infos}
+    return bool(addrs) and all(ipaddress.ip_address(a).is_loopback for a in addrs)

@@ -58,6 +58,15 @@ def _bad(msg: str, param: str | None, code: str = "invalid_value") -> ApiError:
     return ApiError(400, msg, param, code)
 
 
+def _text(s: str, param: str) -> str:
+    """A string that can be encoded as UTF-8 (JSON's "\\ud800" decodes to a lone surrogate, which cannot)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _bad(f"'{param}' is not valid Unicode text: {e.reason} at index {e.start}", param) from None
+    return s
+
+
 def _number(body: dict, name: str, default, lo: float, hi: float, integer: bool = False):
     v = body.get(name, default)
     if v is None:
@@ -83,12 +92,12 @@ def _stop(body: dict) -> list[str]:
     if v is None:
         return []
     if isinstance(v, str):
-        return [v]
+        return [_text(v, "stop")]
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise _bad("'stop' must be a string or a list of strings", "stop", "invalid_type")
     if len(v) > MAX_STOP:
         raise _bad(f"'stop' takes at most {MAX_STOP} strings", "stop")
-    return v
+    return [_text(s, "stop") for s in v]
 
 
 def _content(c, i: int):
@@ -139,6 +148,7 @@ def parse_request(body, kind: str, n_ctx: int, model_ids: tuple[str, ...]) -> Re
                        "missing" if prompt is None else "invalid_type")
         if not prompt:
             raise _bad("'prompt' must not be empty", "prompt")
+        _text(prompt, "prompt")
     else:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -153,6 +163,7 @@ def parse_request(body, kind: str, n_ctx: int, model_ids: tuple[str, ...]) -> Re
                 raise _bad(f"messages[{i}].role {role!r} is not one of system, user, assistant", f"messages[{i}].role")
             if not isinstance(content, str):
                 raise _bad(f"messages[{i}].content must be a string", f"messages[{i}].content", "invalid_type")
+            _text(content, f"messages[{i}].content")
             out.append({"role": "system" if role == "developer" else role, "content": content})
         messages = out
     n = _number(body, "n", 1, 1, 1, integer=True)

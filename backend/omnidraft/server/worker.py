@@ -172,10 +172,12 @@ class EngineWorker:
         if final is None:
             return
         version = s.drafter_version
-        job.events.put(Done(final, method, version))  # the client has its answer; bookkeeping follows
+        # The training record is committed before the client sees the end of its answer: a server
+        # killed right after a 200 must not lose it (one SQLite commit, about a millisecond).
+        self._to_outbox(final, prompt, method, version)
+        job.events.put(Done(final, method, version))
         ngram = s.pair.cache.stats() if s.pair is not None else None
         self.metrics.record_generation(final.stats, method, version, final.finish_reason, job.endpoint, ngram)
-        self._to_outbox(final, prompt, method, version)
         self._served += 1
         if self.save_every and self._served % self.save_every == 0:
             self._save()
@@ -223,7 +225,7 @@ class EngineWorker:
             return
         try:
             self.outbox.put(self.build_record(final, prompt, self.session.pair, method, version))
-        except Exception:  # noqa: BLE001 - a training record must never fail or slow a response
+        except Exception:  # noqa: BLE001 - a training record must never fail a response
             self.metrics.bump("outbox_failures")
             log.exception("training record not queued")
 

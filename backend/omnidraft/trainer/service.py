@@ -14,16 +14,16 @@ quantized file, so quantization error does not accumulate across updates).
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import threading
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from omnidraft import models
-from omnidraft.errors import BadRequest
+from omnidraft import httpguard, models
+from omnidraft.errors import BadRequest, OmniDraftError
 from omnidraft.records import RecordError, validate
 from omnidraft.registry import DrafterRegistry
 
@@ -50,6 +50,8 @@ class TrainerConfig:
     threads: int = field(default=0, metadata={"help": "CPU threads for torch and llama.cpp (0 = all)"})
     host: str = field(default="127.0.0.1", metadata={"help": "HTTP bind address (loopback only by default)"})
     port: int = field(default=8765, metadata={"help": "HTTP port (0 = any free port)"})
+    token: str = field(default="", metadata={"help": "shared token clients must send (default: generated into "
+                                                     "<state-dir>/token, mode 0600, where `serve` finds it)"})
 
     def root(self) -> Path:
         return Path(self.state_dir) if self.state_dir else models.cache_dir() / "trainer"
@@ -60,6 +62,7 @@ class Trainer:
         self.cfg = cfg
         self.base_path = models.resolve(cfg.base)
         root = cfg.root()
+        self.token = cfg.token or httpguard.load_or_create_token(root / httpguard.TOKEN_FILE)
         self.inbox = Inbox(root / "inbox.sqlite")
         self.registry = DrafterRegistry(root / "registry", keep=cfg.keep, base_path=self.base_path)
         self.model = None
@@ -232,26 +235,77 @@ class Trainer:
 
 
 # ------------------------------------------------------------------ HTTP
-def create_app(trainer: Trainer):
-    """Flask app factory; the trainer is the app's only state (``app.config['TRAINER']``)."""
+MAX_BODY = 64 << 20  # bytes on the wire, and bytes after gzip inflation
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _inflate(raw: bytes, limit: int) -> bytes:
+    """gzip -> bytes, refusing (``_TooLarge``) to produce more than ``limit`` bytes."""
+    d = zlib.decompressobj(wbits=31)
+    out = d.decompress(raw, limit + 1)
+    if len(out) > limit or d.unconsumed_tail:
+        raise _TooLarge(f"the gzip body inflates past {limit} bytes")
+    if not d.eof:
+        raise ValueError("truncated gzip body")
+    if d.unused_data:
+        raise ValueError("data after the end of the gzip body")
+    return out
+
+
+def create_app(trainer: Trainer, max_body: int = MAX_BODY):
+    """Flask app factory; the trainer is the app's only state (``app.config['TRAINER']``).
+
+    Every /v1 route needs the trainer's token; posts must be JSON from no foreign origin (httpguard)."""
     from flask import Flask, jsonify, request
+    from werkzeug.exceptions import HTTPException
 
     app = Flask("omnidraft.trainer")
     app.config["TRAINER"] = trainer
-    app.config["MAX_CONTENT_LENGTH"] = 64 << 20
+    app.config["MAX_CONTENT_LENGTH"] = max_body
+
+    @app.before_request
+    def _guard():
+        refused = httpguard.refusal(request, ())
+        if refused is not None:
+            status, msg, code = refused
+            return jsonify(error=msg, code=code), status
+        if request.path.startswith("/v1/") and not httpguard.bearer_ok(request, trainer.token):
+            return jsonify(error="missing or invalid trainer token (send 'Authorization: Bearer TOKEN'; "
+                                 "see <state-dir>/token)", code="invalid_token"), 401
+        return None
+
+    @app.errorhandler(HTTPException)
+    def _http_error(e: HTTPException):
+        return jsonify(error=e.description or e.name, code=e.name.lower().replace(" ", "_")), e.code
+
+    @app.errorhandler(OmniDraftError)
+    def _typed_error(e: OmniDraftError):
+        return jsonify(error=str(e), code=type(e).__name__), e.http_status
+
+    @app.errorhandler(Exception)
+    def _internal(e: Exception):
+        log.exception("trainer HTTP handler failed")
+        return jsonify(error=f"internal error: {type(e).__name__}", code="internal_error"), 500
 
     @app.post("/v1/records")
     def records():
         raw = request.get_data()
         try:
             if request.headers.get("Content-Encoding") == "gzip":
-                raw = gzip.decompress(raw)
+                raw = _inflate(raw, max_body)
             body = json.loads(raw)
             recs = body["records"]
             if not isinstance(recs, list):
                 raise ValueError("records must be a list")
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            return jsonify(error=f"bad batch: {e}"), 400
+        except _TooLarge as e:
+            return jsonify(error=str(e), code="request_too_large"), 413
+        except RecursionError:
+            return jsonify(error="bad batch: JSON nested too deeply", code="invalid_json"), 400
+        except (OSError, ValueError, KeyError, TypeError, zlib.error) as e:
+            return jsonify(error=f"bad batch: {e}", code="invalid_json"), 400
         return jsonify(trainer.receive(recs))
 
     @app.get("/v1/status")

@@ -1,0 +1,97 @@
+"""A model-free Session for the hardening tests, and a child process serving it with a real outbox.
+
+The fake generator spells its answer through ``TextStream`` like the real one, so what the server
+shows (chunks, final text) comes out of the same code path.
+
+Child: ``python tests/hardening_helpers.py OUTBOX_PATH RECORD_DELAY_S`` prints its port, then serves
+until killed.  ``build_record`` sleeps RECORD_DELAY_S, as a slow record build (or a slow disk) would.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+from omnidraft.generator import Final, GenerationStats
+from omnidraft.textstream import TextStream
+
+
+@dataclass
+class FakeSettings:
+    target: str = "fake-target"
+    draft: str = "fake-draft"
+    method: str = "omnidraft"
+    policy: str = "cost"
+    k: int = 4
+    p_min: float = 0.3
+    n_ctx: int = 64
+
+
+class FakePrompt:
+    def __init__(self, text: str):
+        self.text, self.target_ids = text, list(range(len(text.split()) or 1))
+
+
+class FakeGen:
+    """Answers with ``answer`` (bytes, cut anywhere) after ``delay_s`` of "generation"."""
+
+    policy = None
+
+    def __init__(self, answer: bytes, delay_s: float):
+        self.answer, self.delay_s = answer, delay_s
+
+    def prompt_from_text(self, text):
+        return FakePrompt(text)
+
+    def prompt_from_messages(self, msgs):
+        return FakePrompt(msgs[-1]["content"])
+
+    def stream(self, prompt, params):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        ts = TextStream(params.stop)
+        for i in range(0, len(self.answer), 2):  # two bytes per "token": characters arrive split
+            yield from ts.push(self.answer[i:i + 2], i % 4 == 0)
+        yield from ts.finish()
+        n = (len(self.answer) + 1) // 2
+        st = GenerationStats("omnidraft", prompt_tokens=len(prompt.target_ids), completion_tokens=n, target_passes=n)
+        yield Final(ts.text, list(range(n)), "length", st, [])
+
+
+@dataclass
+class FakeSession:
+    answer: bytes = b"Hello, world"
+    delay_s: float = 0.0
+    settings: FakeSettings = field(default_factory=FakeSettings)
+    drafter_version: str = "base"
+    pair: object = None
+
+    def generator(self, method=None):
+        return FakeGen(self.answer, self.delay_s)
+
+    def maybe_swap(self):
+        return False
+
+    def save_state(self):
+        pass
+
+
+def _child(outbox_path: str, record_delay_s: float) -> None:
+    import waitress
+
+    from omnidraft.outbox import Outbox
+    from omnidraft.server import ServerConfig, create_app
+
+    def build_record(final, prompt, pair, method, version):
+        time.sleep(record_delay_s)
+        return {"id": f"rec-{time.time_ns()}", "text": final.text}
+
+    app = create_app(FakeSession(), ServerConfig(), outbox=Outbox(outbox_path), build_record=build_record)
+    server = waitress.create_server(app, host="127.0.0.1", port=0, threads=4)
+    print(server.effective_port, flush=True)
+    server.run()
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], float(sys.argv[2]))
