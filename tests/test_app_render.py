@@ -99,4 +99,5 @@ def test_html_in_model_output_never_runs(phone, server):
     assert md.locator("mark.draft").count() > 0   # highlights survive escaping
     assert phone.text_content(".msg.assistant .meta.why").startswith(
         "drafted 0 and accepted 0 of 60 tokens: the cost policy ran the target alone")
+    shot(phone, "08-chat-model-html")
     assert phone.errors == []

@@ -11,7 +11,7 @@ const md = new Marked({
   gfm: true,
   breaks: true,          // a model's single newlines are line breaks, as in the plain-text view
   renderer: {
-    html: ({ text }) => escapeHtml(text),
+    html: ({ text, block }) => (block ? `<p class="raw-html">${escapeHtml(text.trim())}</p>` : escapeHtml(text)),
     image: ({ href, text }) => `<a href="${escapeHtml(href || "")}">${escapeHtml(text || href || "image")}</a>`,
   },
 });
