@@ -115,9 +115,10 @@ class GenerationStats:
     def summary(self) -> str:
         """One line: tokens drafted and accepted out of those produced, why, then the speed."""
         why = f": {self.policy_note}" if self.policy_note else ""
+        acc = f"acceptance {self.acceptance_rate:.1%}, " if self.proposed else ""  # no rate of nothing
         return (f"[{self.method}] drafted {self.proposed} and accepted {self.accepted} of "
-                f"{self.completion_tokens} tokens{why}; acceptance {self.acceptance_rate:.1%}, "
-                f"{self.tau:.2f} tokens/target pass, {self.tokens_per_s:.1f} tok/s")
+                f"{self.completion_tokens} tokens{why}; {acc}{self.tau:.2f} tokens/target pass, "
+                f"{self.tokens_per_s:.1f} tok/s")
 
 
 @dataclass

@@ -130,9 +130,10 @@ class DraftPolicy:
         if gain > 1.0:
             return (f"the cost policy drafted where it predicts a gain "
                     f"(predicted {gain:.2f}x at draft length {best})")
-        return (f"the cost policy mostly ran the target alone, drafting does not pay at the acceptance "
-                f"seen so far (first drafted token accepted {self.acc[0]:.0%} of the time; predicted {gain:.2f}x "
-                f"at best); it probes now and then")
+        acc = (f"first drafted token accepted {self.acc[0]:.0%} of the time" if any(self.chosen)
+               else f"assuming {self.acc[0]:.0%} acceptance, none measured yet")
+        return (f"the cost policy mostly ran the target alone, drafting is predicted to be slower here "
+                f"({gain:.2f}x at best, {acc}); it probes now and then")
 
     def _best_k(self, k_max: int) -> int:
         speeds = [self.expected_speed(k) if self.n_verify[k + 1] or k == 0 else 0.0 for k in range(k_max + 1)]
