@@ -1,4 +1,4 @@
-"""Subcommands ``trainer serve``, ``drafter list|rollback`` and ``adapt`` (registered by omnidraft.cli)."""
+"""Subcommands ``trainer serve``, ``drafter list|rollback``, ``adapt`` and ``distill`` (registered by omnidraft.cli)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,10 @@ def register(sub) -> None:
     add_dataclass_args(a, AdaptConfig)
     add_dataclass_args(a, Settings)
     a.set_defaults(func=_cmd_adapt)
+
+    from .distill import register as register_distill
+
+    register_distill(sub)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

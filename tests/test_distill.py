@@ -1,0 +1,90 @@
+"""Offline distillation of a shallow drafter (omnidraft.trainer.distill*): alignment by hand, one training
+run on a tiny model lowering the hybrid loss, and the cut model exporting to a GGUF the Engine loads."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from omnidraft.trainer.distill import (PAD, Data, TrainConfig, continuation_alignment, export, parse_layers,
+                                       train)
+from omnidraft.trainer.distill_data import slots
+from tests.gguf_helpers import tiny_gguf
+
+
+def test_slots_by_hand():
+    # target: "def" " foo" "(x)"   drafter: "def" " f" "oo" "(x)";  only def and (x) are shared
+    t_ids, t_p = [10, 11, 12], [b"def", b" foo", b"(x)"]
+    d_ids, d_p = [0, 1, 2, 3], [b"def", b" f", b"oo", b"(x)"]
+    d2t = np.array([10, -1, -1, 12])
+    # d_3 "(x)" starts where target token 2 starts: its distribution is target row 1
+    assert slots(d_ids, d_p, t_ids, t_p, d2t).tolist() == [-2, -1, -1, 1]
+    # same bytes at the same place but the bridge does not map them: an N-gram position
+    assert slots(d_ids, d_p, t_ids, t_p, np.array([10, -1, -1, -1])).tolist() == [-2, -1, -1, -1]
+
+
+def test_continuation_alignment_reads_target_tokens():
+    # target vocab of 3: token 0 maps to drafter 5, token 1 is read as drafter [6, 7], token 2 maps to 8
+    enc_ids, enc_off = np.array([5, 6, 7, 8]), np.array([0, 1, 3, 4])
+    direct = np.array([True, False, True])
+    d, s = continuation_alignment(np.array([1, 2]), [0, 1, 2], 4, enc_ids, enc_off, direct)
+    assert d.tolist() == [1, 2, 5, 6, 7, 8]
+    # output token j sits at target index 4 + j, predicted by row 3 + j
+    assert s.tolist() == [-2, -1, 3, -1, -1, 5]
+
+
+def test_parse_layers():
+    assert parse_layers("first4") == [0, 1, 2, 3]
+    assert parse_layers("spread4") == [0, 10, 19, 29]
+    assert parse_layers("0,5") == [0, 5]
+
+
+def _tiny_data(path, n_vocab: int, seed: int = 0, n_ex: int = 12, length: int = 40, k: int = 4):
+    """Data in the teacher's format: a fixed 'teacher' that prefers token (prev + 1) % 50."""
+    rng = np.random.default_rng(seed)
+    arr = {key: [] for key in ("ids", "kind", "top", "prob", "rest", "t1m")}
+    for _ in range(n_ex):
+        ids = rng.integers(0, 50, length)
+        for j in range(1, length):
+            ids[j] = (ids[j - 1] + 1) % 50 if rng.random() < 0.8 else ids[j]
+        kind = np.where(rng.random(length) < 0.7, 1, 2).astype(np.uint8)
+        kind[0] = 0
+        top = np.full((length, k), PAD, dtype=np.uint16)
+        top[:, 0] = np.r_[0, (ids[:-1] + 1) % 50]
+        top[:, 1] = np.r_[0, (ids[:-1] + 2) % 50]
+        prob = np.zeros((length, k), dtype=np.float16)
+        prob[:, 0], prob[:, 1] = 0.8, 0.1
+        for key, v in (("ids", ids.astype(np.uint16)), ("kind", kind), ("top", top), ("prob", prob),
+                       ("rest", np.full(length, 0.1, dtype=np.float16)), ("t1m", np.ones(length, bool))):
+            arr[key].append(v)
+    out = {key: np.concatenate(v) for key, v in arr.items()}
+    out.update(ex_len=np.full(n_ex, length, dtype=np.int32), val=np.arange(n_ex) % 4 == 0,
+               ex_src=np.zeros(n_ex, np.uint8), meta=np.frombuffer(json.dumps({"n_vocab": n_vocab}).encode(),
+                                                                    dtype=np.uint8))
+    np.savez(path, **out)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return tiny_gguf(tmp_path_factory, "llama")
+
+
+def test_training_lowers_loss_and_cut_model_exports(tiny_llama, tmp_path):
+    data = _tiny_data(tmp_path / "data.npz", 32000)
+    assert Data(str(data)).examples(True).size == 3
+    cfg = TrainConfig(data=str(data), draft_gguf=str(tiny_llama), layers="first1", out=str(tmp_path / "tr"),
+                      epochs=30, batch_tokens=160, lr=3e-3, eval_every=1000, train_embeddings=True)
+    hist = train(cfg, progress=False)
+    assert hist["layers"] == [0]
+    before, after = hist["val"][0]["val_loss"], hist["val"][-1]["val_loss"]
+    assert after < 0.8 * before, (before, after)
+    res = export(str(tiny_llama), [0], tmp_path / "tr" / "first1", tmp_path / "cut.gguf", qtype="f32")
+    assert res["check"]["ok"] and res["check"]["top1_agreement"] == 1.0
+
+    from omnidraft.engine import Engine, EngineConfig
+
+    with Engine(res["path"], EngineConfig(n_ctx=64, n_threads=1)) as eng:
+        assert eng.meta("llama.block_count") == "1"
