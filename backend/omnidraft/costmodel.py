@@ -8,8 +8,11 @@ verification is free.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from statistics import median
 
 from .engine import Engine
@@ -98,6 +101,50 @@ def measure(target: Engine, draft: Engine | None, max_batch: int, repeats: int =
     sampler = CostSampler(target, max_batch, {"draft": draft} if draft is not None else None)
     sampler.sample(repeats)
     return sampler.model("draft" if draft is not None else None)
+
+
+def cache_key(target: Engine, draft: Engine | None, max_batch: int) -> str:
+    """What a cost model depends on: the machine, the build, both model files, kernel modes, threads."""
+    import platform
+
+    import llama_cpp
+
+    def one(e: Engine | None) -> str:
+        if e is None:
+            return "-"
+        st = e.path.stat()
+        return f"{e.path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{e.mode}:{e.config.threads()}"
+
+    return "|".join((platform.node(), platform.machine(), str(os.cpu_count()), llama_cpp.__version__,
+                     one(target), one(draft), str(max_batch)))
+
+
+def cached(key: str, path: Path) -> CostModel | None:
+    try:
+        entry = json.loads(path.read_text()).get(key)
+        if not isinstance(entry, dict):
+            return None
+        return CostModel({int(n): float(t) for n, t in entry["t_verify"].items()}, float(entry["t_draft"]),
+                         {int(n): float(t) for n, t in entry.get("t_draft_n", {}).items()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def store(key: str, path: Path, model: CostModel | None) -> None:
+    """Write (or, with None, drop) one entry, atomically."""
+    try:
+        table = json.loads(path.read_text())
+        table = table if isinstance(table, dict) else {}
+    except (OSError, ValueError):
+        table = {}
+    if model is None:
+        table.pop(key, None)
+    else:
+        table[key] = model.as_dict()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(table, indent=1))
+    os.replace(tmp, path)
 
 
 class CostSampler:

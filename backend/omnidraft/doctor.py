@@ -65,9 +65,21 @@ def build_section() -> tuple[list[str], list[str]]:
     return lines, llama_build.problems()
 
 
+def _cxx_runtime() -> str:
+    """The C++ runtime this process mapped (a build compiled by a newer GCC than the one that made the
+    system's libstdc++ can crash when the older one is loaded first)."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "libstdc++" in line}
+    except OSError:
+        return "unknown"
+    return ", ".join(sorted(libs)) or "not loaded"
+
+
 def machine_section() -> list[str]:
     mem = _meminfo_gib()
-    return [f"CPU: {_cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
+    return [f"C++ runtime: {_cxx_runtime()}" + (f" (LD_PRELOAD={os.environ['LD_PRELOAD']})"
+                                                if os.environ.get("LD_PRELOAD") else ""),f"CPU: {_cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
             f"memory: {mem:.1f} GiB" if mem else "memory: unknown",
             f"OS: {platform.platform()}; Python {platform.python_version()} ({sys.executable})"]
 

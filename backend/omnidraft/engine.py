@@ -51,6 +51,11 @@ class EngineConfig:
         n = self.n_threads or os.cpu_count() or 1
         return n, self.n_threads_batch or n
 
+    @property
+    def mode(self) -> str:
+        """Kernel mode: ``exact`` (batch-invariant) or ``fast`` (repacked weights, f16 KV)."""
+        return "exact" if self.batch_invariant else "fast"
+
 
 def check_gguf_header(path: Path) -> None:
     """Cheap pre-flight so that obvious non-GGUFs fail with a clear message, not a llama.cpp log line."""
@@ -76,6 +81,7 @@ class Engine:
     def __init__(self, path: str | os.PathLike, config: EngineConfig | None = None):
         self.path = Path(path)
         self.config = config or EngineConfig()
+        self.mode = self.config.mode
         check_gguf_header(self.path)
         llama_log.SINK.take_recent()
         self._model = self._load_model()

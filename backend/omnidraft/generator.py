@@ -18,11 +18,13 @@ import numpy as np
 from . import chat
 from .drafters import Drafter, PromptInput
 from .engine import Engine
+from .seq import common_prefix
 from .errors import BadRequest, ContextOverflow
 from .policy import DraftPolicy, PolicyConfig
 from .textstream import Chunk, TextStream
 from .translator import NGRAM, Candidates
-from .verifier import SamplingParams, sample_token, verify_exact_sampling, verify_greedy, verify_rejection_approx
+from .verifier import (SamplingParams, first_uncertain_row, sample_token, verify_exact_sampling, verify_greedy,
+                       verify_rejection_approx)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,10 @@ class GenerationParams:
     stop: list[str] = field(default_factory=list)
     verification: str = "exact"  # "approx-rs" = the paper's rejection sampling: APPROXIMATE
     record_topk: int = 0  # > 0: keep the target's top-k probabilities per output token (training records)
+    # keep the KV of the longest common prefix with the previous request (chat turns): only the new
+    # tokens are prefilled.  Output is exactly the target alone's with the same reuse; with a cold
+    # context it can differ at near-ties, since the reused entries were computed in other batches.
+    reuse_prefix: bool = False
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
@@ -72,12 +78,14 @@ class StepRecord:
     total_s: float
     # per new token: (target ids, probabilities) of the target's top-k at that position, if recorded
     topk: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    redecoded: bool = False  # a guarded kernel mode re-decoded a near-tie one token at a time
 
 
 @dataclass
 class GenerationStats:
     method: str
     prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose KV was kept from the previous request
     completion_tokens: int = 0
     target_passes: int = 0
     proposed: int = 0
@@ -90,6 +98,7 @@ class GenerationStats:
     verify_s: float = 0.0
     total_s: float = 0.0
     draft_lengths: list[int] = field(default_factory=list)
+    guard_redecodes: int = 0  # near-ties re-decoded one token at a time (guarded kernel mode only)
     policy_note: str = ""  # why the policy drafted or not, in words (DraftPolicy.note)
 
     @property
@@ -136,7 +145,8 @@ class Generator:
     """Composes a target engine, an optional drafter and a draft-length policy."""
 
     def __init__(self, target: Engine, drafter: Drafter | None = None,
-                 policy: DraftPolicy | PolicyConfig | None = None, method: str = "target", max_verify_batch: int = 7):
+                 policy: DraftPolicy | PolicyConfig | None = None, method: str = "target", max_verify_batch: int = 7,
+                 guard: float = 0.0):
         self.target = target
         self.drafter = drafter
         self.method = method
@@ -144,6 +154,8 @@ class Generator:
         self.policy = policy if isinstance(policy, DraftPolicy) else DraftPolicy(policy or PolicyConfig())
         # largest verification batch whose logits are bit-identical to one-token decoding
         self.max_verify_batch = max(1, max_verify_batch)
+        # > 0: batched logits are only within a measured bound of one-token decoding (invariance.VerifyPlan)
+        self.guard = guard
 
     # ---------------------------------------------------------------- prompts
     def prompt_from_text(self, text: str) -> PromptInput:
@@ -184,10 +196,7 @@ class Generator:
         max_new = min(params.max_tokens, t.n_ctx - len(ids))
         stats = GenerationStats(self.method, prompt_tokens=len(ids))
         t0 = time.perf_counter()
-        # A fresh context per request: the prompt is computed exactly as the target alone computes it.
-        t.reset()
-        if len(ids) > 1:
-            t.decode(ids[:-1], "none")
+        stats.reused_tokens = prefill(t, ids, params.reuse_prefix)
         if self.drafter is not None:
             self.drafter.begin(prompt)
         stats.prefill_s = time.perf_counter() - t0
@@ -242,6 +251,14 @@ class Generator:
         base = t.n_past
         logits = t.decode([t_prev] + cands.ids, "all")
         n_acc, nxt = self._verify(cands, logits, params, sp, uniforms[n_out:], rng)
+        redecoded = False
+        if self.guard > 0 and len(cands) and params.verification == "exact":
+            j = first_uncertain_row(logits[:n_acc + 1], sp, uniforms[n_out:], self.guard)
+            if j is not None:  # rows before j decide as the target alone would; row j is decided alone
+                logits = logits[:j + 1].copy()  # the next decode reuses llama.cpp's buffer
+                t.rollback(base + j)
+                logits[j] = t.decode(([t_prev] + cands.ids)[j:j + 1], "last")[0]
+                n_acc, nxt, redecoded = j, sample_token(logits[j], sp, uniforms[n_out + j]), True
         t.rollback(base + 1 + n_acc)  # keep t_prev and the accepted candidates; nxt is decoded next step
         v_s = time.perf_counter() - v0
         new = cands.ids[:n_acc] + [nxt]
@@ -256,7 +273,7 @@ class Generator:
         ng = [k == NGRAM for k in cands.kinds]
         topk = [_topk(logits[i], params.record_topk) for i in range(n_acc + 1)] if params.record_topk else []
         rec = StepRecord(len(cands), n_acc, drafted, sum(ng), sum(ng[:n_acc]), new, d_s, tr_s, v_s,
-                         time.perf_counter() - s0, topk)
+                         time.perf_counter() - s0, topk, redecoded)
         return rec, new
 
     def _verify(self, cands: Candidates, logits: np.ndarray, params: GenerationParams, sp: SamplingParams,
@@ -278,6 +295,20 @@ class Generator:
         stats.translate_s += step.translate_s
         stats.verify_s += step.verify_s
         stats.draft_lengths.append(step.proposed)
+        stats.guard_redecodes += step.redecoded
+
+
+def prefill(target: Engine, ids: list[int], reuse: bool) -> int:
+    """Put all prompt tokens but the last in the KV cache (the loop decodes the last); return how many
+    were kept from before.  Without reuse, a fresh context: the prompt is computed as on a cold start."""
+    keep = min(common_prefix(target.tokens, ids), len(ids) - 1) if reuse else 0
+    if keep:
+        target.rollback(keep)
+    else:
+        target.reset()
+    if len(ids) - 1 > keep:
+        target.decode(ids[keep:-1], "none")
+    return keep
 
 
 def _topk(row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -296,9 +327,15 @@ def reference_target_tokens(target: Engine, prompt: PromptInput, params: Generat
     max_new = min(params.max_tokens, target.n_ctx - len(ids))
     sp = params.sampling()
     uniforms = np.random.default_rng(params.seed).random(max_new + 8)
-    target.reset()
-    if len(ids) > 1:
-        target.decode(ids[:-1], "none")
+    kept = 0
+    if params.reuse_prefix:  # the same reuse as the loop: the KV of the common prefix stays
+        while kept < min(len(target.tokens), len(ids) - 1) and target.tokens[kept] == ids[kept]:
+            kept += 1
+        target.rollback(kept)
+    if not kept:
+        target.reset()
+    if len(ids) - 1 > kept:
+        target.decode(ids[kept:-1], "none")
     out: list[int] = []
     last = ids[-1]
     while len(out) < max_new:

@@ -1,11 +1,19 @@
-"""How large may a verification batch be and still give bit-identical logits?
+"""How faithful is a verification batch to one-token decoding, per kernel mode?
 
-Exact speculative decoding needs the target's logits for a verified row to equal
-the logits the target alone computes one token at a time.  llama.cpp's CPU kernels
-switch algorithms with the batch size (repacked gemm at 4+ rows, others at 8+ on
-this build), so we measure, once per model file / build / thread count, the largest
-batch whose every row equals sequential decoding, across a 256-cell KV boundary,
-and never verify more than that at once.  The answer is cached on disk.
+Exact speculative decoding needs the target's logits for a verified row to equal the logits the
+target alone computes one token at a time.  llama.cpp's CPU kernels switch algorithms with the batch
+size, and the two engine modes differ:
+
+* ``exact``: plain weights, f32 KV cache.  Bit-identical up to some batch size on every CPU build
+  measured (7 rows on the 2-core Xeon), slowest batched products (2.2-3.2x a decode for 4 rows).
+* ``fast``: repacked weights where the build has them (Q4_0, IQ4_NL, Q8_0 on x86 and ARM), f16 KV.
+  A 4-row pass of a Q4_0 model costs about 1.5x a decode.  Bit-identical on some files (Qwen-0.5B
+  Q4_0), a few 1e-6 off on others (Qwen-1.5B Q4_0), far off on others (Q4_K_M: argmax flips).
+
+``measure`` answers, once per model file, build, thread count and mode (cached on disk): the largest
+batch whose every row is bit-identical (``max_identical``), and, over batches of 2..8 rows recomputing
+positions first decoded one at a time, the largest |logit difference| (``bound``) and the number of
+argmax flips.  ``choose`` turns that into a verification plan (see ``VerifyPlan``).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,60 +34,148 @@ log = logging.getLogger(__name__)
 
 PROBE_TEXT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
               "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n")
+GUARD_MAX_BOUND = 1e-3  # larger measured differences: the mode never verifies
+GUARD_SAFETY = 100.0    # a guarded mode re-decodes decisions closer than this multiple of the bound
+VERSION = 2             # of the cache entries below
 
 
-def _key(engine: Engine) -> str:
-    st = engine.path.stat()
-    cfg = engine.config
-    return "|".join(str(x) for x in (engine.path.resolve(), st.st_size, st.st_mtime_ns, cfg.threads(),
-                                     cfg.batch_invariant, cfg.flash_attn, cfg.n_gpu_layers,
-                                     llama_cpp.__version__))
+@dataclass
+class Fidelity:
+    mode: str
+    max_identical: int  # largest n whose batch rows are all bit-identical to one-token decoding
+    bound: float        # largest |logit difference| seen over batches of 2..max_n rows
+    flips: int          # rows whose argmax changed
+    positions: int      # rows compared
+    t_pass: dict = field(default_factory=dict)  # n rows -> median seconds of one pass (str keys in JSON)
+
+    def t(self, n: int) -> float:
+        return float(self.t_pass.get(str(n), self.t_pass.get(n, 0.0)))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
-def probe(engine: Engine, max_n: int = 8) -> int:
-    """Largest n <= max_n such that a batch of n reproduces one-token decoding bit for bit.
+@dataclass
+class VerifyPlan:
+    """How the target verifies: batch size, and the guard for a mode that is only nearly identical.
 
-    Checked after a short and a long prefix (the second straddles a 256-cell KV boundary)."""
+    ``guard == 0``: every verified row is bit-identical to one-token decoding (exact output).
+    ``guard > 0``: rows may differ by up to ``bound``; any decision (greedy top-2 margin, or a
+    sampled token's inverse-CDF distance) within ``guard`` logits is re-decoded one token at a time.
+    """
+
+    mode: str
+    max_batch: int
+    bound: float = 0.0
+    guard: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _key(path: Path, cfg, mode: str) -> str:
+    st = path.stat()
+    return "|".join(str(x) for x in (VERSION, path.resolve(), st.st_size, st.st_mtime_ns, cfg.threads(),
+                                     mode, cfg.flash_attn, cfg.n_gpu_layers, llama_cpp.__version__))
+
+
+def _read(cache_file: Path | None) -> dict:
+    if cache_file is None or not cache_file.is_file():
+        return {}
+    try:
+        table = json.loads(cache_file.read_text())
+    except (ValueError, OSError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def lookup(path: Path, cfg, mode: str, cache_file: Path | None) -> Fidelity | None:
+    """A fidelity measured earlier for this file, build, threads and mode, without loading the model."""
+    entry = _read(cache_file).get(_key(path, cfg, mode))
+    try:
+        return Fidelity(**entry) if isinstance(entry, dict) else None
+    except TypeError:
+        return None
+
+
+def measure(engine: Engine, max_n: int = 8) -> Fidelity:
+    """Compare batches of 1..max_n rows with one-token decoding after a short and a long prefix
+    (the second straddles a 256-cell KV boundary)."""
     ids = engine.tokenize(PROBE_TEXT)
-    best = max_n
+    best, bound, flips, positions = max_n, 0.0, 0, 0
     for n_prefix in (37, 250):
         prefix = (ids * (n_prefix // len(ids) + 1))[:n_prefix]
-        best = min(best, _probe_at(engine, prefix, ids[:max_n]))
+        n, b, f, p = _measure_at(engine, prefix, ids[:max_n])
+        best, bound, flips, positions = min(best, n), max(bound, b), flips + f, positions + p
+    from .costmodel import time_passes  # here, not at the top: costmodel imports nothing of ours but engine
+
+    t_pass = {str(n): t for n, t in time_passes(engine, range(1, max_n + 1), repeats=3).items()}
     engine.reset()
-    return best
+    return Fidelity(engine.mode, best, bound, flips, positions, t_pass)
 
 
-def _probe_at(engine: Engine, prefix: list[int], seq: list[int]) -> int:
+def _measure_at(engine: Engine, prefix: list[int], seq: list[int]) -> tuple[int, float, int, int]:
     engine.reset()
     engine.decode(prefix, "none")
     single = [engine.decode([tok], "last")[0].copy() for tok in seq]
-    best = 1
+    best, identical, bound, flips, positions = 1, True, 0.0, 0, 0
     for n in range(2, len(seq) + 1):
         engine.rollback(len(prefix))
         rows = engine.decode(seq[:n], "all")
-        if not all(np.array_equal(rows[i], single[i]) for i in range(n)):
-            break
-        best = n
-    return best
+        same = all(np.array_equal(rows[i], single[i]) for i in range(n))
+        identical = identical and same
+        if identical:
+            best = n
+        for i in range(n):
+            bound = max(bound, float(np.max(np.abs(rows[i] - single[i]))))
+            flips += int(np.argmax(rows[i]) != np.argmax(single[i]))
+        positions += n
+    return best, bound, flips, positions
 
 
-def max_invariant_batch(engine: Engine, cache_file: Path | None, max_n: int = 8) -> int:
-    key = _key(engine)
-    table: dict = {}
-    if cache_file is not None and cache_file.exists():
-        try:
-            table = json.loads(cache_file.read_text())
-        except ValueError:
-            table = {}
-    if key in table:
-        return int(table[key])
-    n = probe(engine, max_n)
-    log.info("%s: verification batches up to %d tokens are bit-identical to one-token decoding",
-             engine.path.name, n)
+def cached_measure(engine: Engine, cache_file: Path | None, max_n: int = 8) -> Fidelity:
+    known = lookup(engine.path, engine.config, engine.mode, cache_file)
+    if known is not None:
+        return known
+    fid = measure(engine, max_n)
+    log.info("%s (%s kernels): batches up to %d rows bit-identical; max |difference| %.3g over %d rows, "
+             "%d argmax flips", engine.path.name, fid.mode, fid.max_identical, fid.bound, fid.positions, fid.flips)
     if cache_file is not None:
-        table[key] = n
+        table = _read(cache_file)
+        table[_key(engine.path, engine.config, engine.mode)] = fid.as_dict()
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_name(cache_file.name + f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(table, indent=1))
         os.replace(tmp, cache_file)
-    return n
+    return fid
+
+
+def plan_for(fid: Fidelity, max_n: int = 8) -> VerifyPlan | None:
+    """The verification plan a measured mode allows, or None if it must never verify."""
+    if fid.max_identical >= 2 or fid.mode == "exact":
+        return VerifyPlan(fid.mode, max(1, fid.max_identical))
+    if fid.flips == 0 and fid.bound <= GUARD_MAX_BOUND:
+        return VerifyPlan(fid.mode, max_n, fid.bound, GUARD_SAFETY * max(fid.bound, 1e-7))
+    return None
+
+
+def score(fid: Fidelity, plan: VerifyPlan, acceptance: float = 0.6, draft_cost: float = 0.1) -> float:
+    """Tokens per second a mode can reach at a nominal acceptance, relative to its own T(1) scale.
+
+    Used to choose between kernel modes before anything is known about the drafter: the best draft
+    length within the plan, each drafted token priced at ``draft_cost`` of a one-token decode."""
+    t1 = fid.t(1)
+    if t1 <= 0:
+        return 0.0
+    best = 1.0 / t1
+    for k in range(1, plan.max_batch):
+        tn = fid.t(k + 1)
+        if tn > 0:
+            tokens = sum(acceptance ** i for i in range(k + 1))
+            best = max(best, tokens / (tn + k * draft_cost * t1))
+    return best
+
+
+def max_invariant_batch(engine: Engine, cache_file: Path | None, max_n: int = 8) -> int:
+    """The largest bit-identical verification batch of this engine's mode (kept for older callers)."""
+    return cached_measure(engine, cache_file, max_n).max_identical

@@ -206,9 +206,34 @@ def get_spec(name: str) -> ModelSpec:
         raise ModelNotFound(f"unknown model {name!r}; known: {', '.join(REGISTRY)} (or give a path to a .gguf file)")
 
 
+def derived_path(name: str, qtype: str) -> Path:
+    spec = get_spec(name)
+    return cache_dir() / "models" / "derived" / f"{Path(spec.filename).stem.rsplit('-', 1)[0]}-{qtype.lower()}.gguf"
+
+
+def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
+    """``NAME:QTYPE``: the pinned model requantized to QTYPE on first use (e.g. ``qwen2.5-coder-1.5b:q4_0``,
+    whose repacked batched kernels make verification far cheaper on CPUs; re-quantizing costs a little
+    quality: see BENCHMARKS.md).  Made once with ``gguf_tools.quantize`` and kept beside the pinned file."""
+    from gguf_tools.quantize import QUANT_TYPES, quantize  # lazily: gguf_tools imports this module
+
+    if qtype.lower() not in QUANT_TYPES:
+        raise ModelNotFound(f"{name}:{qtype}: unknown quantization; one of {', '.join(QUANT_TYPES)}")
+    out = derived_path(name, qtype)
+    if out.is_file() or not fetch:
+        return out
+    log.info("making %s from %s (re-quantizing to %s, about a minute per GB)", out.name, name, qtype)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    quantize(ensure_verified(get_spec(name).name), out, qtype.lower())
+    return out
+
+
 def resolve(name_or_path: str | os.PathLike, fetch: bool = True) -> Path:
-    """A short name or a local .gguf path -> an existing local file."""
+    """A short name, ``NAME:QTYPE`` (a requantized copy) or a local .gguf path -> an existing local file."""
     p = Path(name_or_path).expanduser()
+    base, _, qtype = str(name_or_path).lower().partition(":")
+    if qtype and base in REGISTRY and not p.is_file():
+        return resolve_derived(base, qtype, fetch)
     if str(name_or_path).lower() in REGISTRY:
         spec = get_spec(str(name_or_path))
         return ensure_verified(spec.name) if fetch else model_path(spec)

@@ -11,7 +11,8 @@ from .costmodel import CostModel
 from .engine import Engine, EngineConfig
 from .errors import BadRequest
 from .generator import Generator
-from .invariance import max_invariant_batch
+from . import invariance
+from .invariance import VerifyPlan
 from .methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make_drafter
 from .ngram_cache import NGramCache, cache_filename
 from .policy import DraftPolicy, PolicyConfig
@@ -34,6 +35,9 @@ class Settings:
     n_ctx: int = field(default=4096, metadata={"help": "context window of the target (tokens)"})
     draft_n_ctx: int = field(default=4096, metadata={"help": "context window of the drafter (tokens)"})
     threads: int = field(default=0, metadata={"help": "CPU threads (0 = all cores)"})
+    kernels: str = field(default="auto", metadata={
+        "help": "target kernels: exact (batch-invariant) | fast (repacked weights, f16 KV: verified only where "
+                "measured bit-identical, or with a near-tie guard) | auto (fast where allowed, else exact)"})
     ngram_budget_kb: int = field(default=4096, metadata={"help": "n-gram cache byte budget (KiB)"})
     ngram_policy: str = field(default="lru", metadata={"help": "n-gram cache eviction: lru|lfu"})
     state_dir: str = field(default="", metadata={"help": "where the n-gram cache etc. live (default: cache dir)"})
@@ -46,6 +50,45 @@ def settings_fields():
     return fields(Settings)
 
 
+def load_target(path: Path, settings: Settings, state_dir: Path) -> tuple[Engine, VerifyPlan]:
+    """The target in the kernel mode that serves fastest while verifying as allowed, and its plan.
+
+    Each mode's fidelity and pass times are measured once per file, build and threads (cached in
+    invariance.json).  ``auto`` keeps ``fast`` only where its plan is allowed (bit-identical rows, or
+    a tiny bound with the near-tie guard; never Q4_K_M-like argmax flips) and it scores better than
+    ``exact`` (``invariance.score``: tokens/s at a nominal acceptance); later starts load the chosen
+    mode directly."""
+    cache = state_dir / "invariance.json"
+    cfg = {m: EngineConfig(n_ctx=settings.n_ctx, n_threads=settings.threads, batch_invariant=(m == "exact"))
+           for m in ("exact", "fast")}
+    modes = ["exact", "fast"] if settings.kernels == "auto" else [settings.kernels]
+    fids = {m: invariance.lookup(path, cfg[m], m, cache) for m in modes}
+    engines: dict[str, Engine] = {}
+    try:
+        for m in modes:
+            if fids[m] is None:
+                engines[m] = Engine(path, cfg[m])
+                fids[m] = invariance.cached_measure(engines[m], cache)
+                if len(modes) > 1:
+                    engines.pop(m).close()  # one model in memory at a time
+        plans = {m: invariance.plan_for(fids[m]) for m in modes}
+        allowed = [m for m in modes if plans[m] is not None] or ["exact"]
+        if "exact" not in plans:
+            log.warning("fast kernels change %s's decisions (%d argmax flips, max |difference| %.3g): using exact",
+                        path.name, fids["fast"].flips, fids["fast"].bound)
+            fids["exact"] = None
+            plans["exact"] = None
+        mode = max(allowed, key=lambda m: invariance.score(fids[m], plans[m]) if plans[m] else 0.0)
+        engine = engines.pop(mode, None) or Engine(path, cfg[mode])
+        plan = plans[mode] or invariance.plan_for(invariance.cached_measure(engine, cache))
+    finally:
+        for e in engines.values():
+            e.close()
+    log.info("target %s: %s kernels, verification batches of up to %d%s", path.name, mode, plan.max_batch,
+             f", near-tie guard {plan.guard:.2g}" if plan.guard else " (bit-identical)")
+    return engine, plan
+
+
 class Session:
     """A loaded target (+ drafter) and the per-pair state that outlives requests."""
 
@@ -54,14 +97,15 @@ class Session:
             raise BadRequest(f"unknown method {settings.method!r}; choose from {', '.join(METHODS)}")
         self.settings = settings
         self.state_dir = Path(settings.state_dir) if settings.state_dir else models.cache_dir() / "state"
-        self.target = Engine(models.resolve(settings.target),
-                             EngineConfig(n_ctx=settings.n_ctx, n_threads=settings.threads))
+        if settings.kernels not in ("auto", "exact", "fast"):
+            raise BadRequest(f"kernels must be auto, exact or fast, not {settings.kernels!r}")
         self.draft: Engine | None = None
         self.pair: PairContext | None = None
         self.drafter_version = "base"  # "base" = the drafter named in settings
         self.registry = None  # anything with current() -> (version, path) | None: see maybe_swap()
         self._bad_versions: set[str] = set()
-        self.max_verify_batch = max_invariant_batch(self.target, self.state_dir / "invariance.json")
+        self.target, self.plan = load_target(models.resolve(settings.target), settings, self.state_dir)
+        self.max_verify_batch = self.plan.max_batch
         self._policies: dict[str, DraftPolicy] = {}
         self.cost_model: CostModel | None = None
         if settings.method in NEEDS_DRAFT_MODEL:
@@ -119,16 +163,38 @@ class Session:
             if policy.cfg.name == "cost" and method != "target":
                 cm = self.measure_costs()
                 policy.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
-        return Generator(self.target, drafter, policy, method, self.max_verify_batch)
+        return Generator(self.target, drafter, policy, method, self.max_verify_batch, self.plan.guard)
 
     def measure_costs(self) -> CostModel:
-        """Time target passes of 1..max_verify_batch tokens and drafter passes of 1..4 (a few seconds)."""
+        """Target passes of 1..max_verify_batch tokens and drafter passes of 1..4: read from the cost-model
+        cache (per machine, build, model files, kernel mode and threads), else timed (a few seconds)
+        and cached.  ``forget_costs`` drops the entry when live timings drift away from it."""
         if self.cost_model is None:
-            self.cost_model = costmodel.measure(self.target, self.draft, self.max_verify_batch)
+            self.cost_model = costmodel.cached(self._cost_key(), self.state_dir / "costmodel.json")
+            if self.cost_model is None:
+                self.cost_model = costmodel.measure(self.target, self.draft, self.max_verify_batch)
+                costmodel.store(self._cost_key(), self.state_dir / "costmodel.json", self.cost_model)
             log.info("cost model: T_verify %s ms, T_draft %.1f ms",
                      {n: round(t * 1e3, 1) for n, t in self.cost_model.t_verify.items()},
                      self.cost_model.t_draft * 1e3)
         return self.cost_model
+
+    def _check_drift(self, policy: DraftPolicy) -> None:
+        """A cached cost model whose T(1) the live one-token passes no longer confirm is dropped."""
+        cm = self.cost_model
+        if cm is None or not cm.t_verify.get(1) or policy.n_verify[1] < 32:
+            return
+        ratio = policy.t_verify[1] / cm.t_verify[1]
+        if not 0.7 < ratio < 1.4:
+            log.info("live target passes take %.2fx the cached cost model's: it is measured again next start", ratio)
+            self.forget_costs()
+
+    def forget_costs(self) -> None:
+        """Live timings drifted from the cached cost model: measure again at the next start."""
+        costmodel.store(self._cost_key(), self.state_dir / "costmodel.json", None)
+
+    def _cost_key(self) -> str:
+        return costmodel.cache_key(self.target, self.draft, self.max_verify_batch)
 
     def predictor_path(self, method: str) -> Path:
         """The acceptance predictor lives with the drafter version it learned about."""
@@ -143,6 +209,7 @@ class Session:
             for method, policy in self._policies.items():
                 if method != "target" and policy.predictor.updates:
                     policy.predictor.save(self.predictor_path(method))
+                self._check_drift(policy)
 
     def close(self) -> None:
         for e in (self.draft, self.target):

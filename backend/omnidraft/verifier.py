@@ -110,3 +110,36 @@ def verify_rejection_approx(candidates: Sequence[int], q_candidates: Sequence[fl
         return i, sample_with(resid / resid.sum(), rng.random())
     n = len(candidates)
     return n, sample_with(target_probs(logits[n], p), rng.random())
+
+
+def first_uncertain_row(logits: np.ndarray, p: SamplingParams, uniforms: Sequence[float], guard: float) -> int | None:
+    """First row whose decision could change if every logit moved by at most ``guard``, else None.
+
+    For a kernel mode whose batched logits are measured to stay within ``bound`` of one-token
+    decoding (``guard`` = a safety multiple of it), rows before the returned one decide exactly as the
+    target alone would; the returned row must be re-decoded one token at a time.
+    Greedy: the top-2 margin is at most 2 * guard.  Sampling: the uniform lies within the CDF shift
+    such a move can cause of a boundary of the sampled token, or top-k's k-th/k+1-th logits are that
+    close.  Top-p sampling in a guarded mode is not judged here: every row counts as uncertain.
+    """
+    for i in range(len(logits)):
+        row = logits[i]
+        if p.greedy:
+            top2 = np.partition(row, -2)[-2:]
+            if top2[1] - top2[0] <= 2.0 * guard:
+                return i
+            continue
+        if p.top_p < 1.0:
+            return i
+        if p.top_k and p.top_k < row.size:
+            edge = np.partition(row, (-p.top_k - 1, -p.top_k))[-p.top_k - 1:-p.top_k + 1 or None]
+            if abs(float(edge[1] - edge[0])) <= 2.0 * guard:
+                return i
+        probs = target_probs(row, p)
+        csum = np.cumsum(probs)
+        t = sample_with(probs, uniforms[i])
+        lo, hi = (csum[t - 1] if t > 0 else 0.0), csum[t]
+        eps = np.expm1(2.0 * guard / max(p.temperature, 1e-6))  # largest CDF shift the move can cause
+        if min(uniforms[i] * csum[-1] - lo, hi - uniforms[i] * csum[-1]) <= eps:
+            return i
+    return None

@@ -43,6 +43,10 @@ def register(sub) -> None:
         r.add_argument("--" + name.replace("_", "-"), type=kind, default=None, dest=name,
                        help=f"{helptext} (default: from the preset)")
     r.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
+    r.add_argument("--kernels", default="auto", choices=("auto", "exact", "fast"),
+                   help="target kernel mode (auto: the fastest one allowed to verify; see README)")
+    r.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run plain llama-cpp-python (Llama.create_completion) on the same GGUF")
     r.add_argument("--out", default="results", help="directory for JSON, markdown and PNG outputs")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)
@@ -115,11 +119,13 @@ def _cmd_run(args) -> int:
     md = [f"# Benchmark {tag}", "", f"Command: `{data['command']}`", "", f"Machine: {data['machine']}", ""]
     for target in _csv(preset["targets"]):
         session = Session(Settings(target=target, draft=draft, threads=args.threads, n_ctx=4096,
-                                   draft_n_ctx=4096, method="omnidraft"))
+                                   draft_n_ctx=4096, method="omnidraft", kernels=args.kernels))
         same = preset.get("same_vocab") if "same-vocab" in methods and target != preset.get("same_vocab") else None
         ctx = runner.BenchContext(session, same)
         md += [f"## Target {target}, drafter {draft}", ""]
         configs = _configs(methods, ks, preset["adaptive"], same is not None)
+        if args.peer:
+            configs.insert(1, runner.Config(runner.PEER))
         modes = [("greedy", GenerationParams(max_tokens=preset["max_tokens"]))]
         if preset["sampled"]:
             modes.append(("sampled", GenerationParams(max_tokens=preset["max_tokens"], temperature=0.7,
@@ -133,14 +139,18 @@ def _cmd_run(args) -> int:
                 res = runner.run(ctx, configs, items, params, progress=not args.no_progress)
                 cost = ctx.cost_for()  # medians of the timing rounds taken through this target's runs
                 run = {"target": target, "set": pset.describe(), "mode": mode, "cost_model": cost.as_dict(),
+                       "kernels": session.plan.as_dict(),
                        "cost_samples": ctx.costs.samples(),
                        "max_verify_batch": session.max_verify_batch, "results": res,
                        "ceiling": _ceiling(cost, ks), "ngram_cache": session.pair.cache.stats(),
                        "peak_rss_mb": runner.peak_rss_mb()}
                 data["runs"].append(run)
-                prefix = out_dir / f"{tag}-{target}-{set_name}-{mode}"
+                prefix = out_dir / f"{tag}-{target.replace(':', '-')}-{set_name}-{mode}"
                 pngs = report.plots(res, prefix)
                 md += [f"### {set_name} ({len(items)} held-out prompts, {params.max_tokens} tokens, {mode})", "",
+                       f"Target kernels: {session.plan.mode} (verification batches up to {session.plan.max_batch}"
+                       + (f", near-tie guard {session.plan.guard:.2g})" if session.plan.guard else ", bit-identical)"),
+                       "",
                        f"Cost model (medians of {ctx.costs.samples()} timing rounds taken through the run):", "",
                        report.cost_table(cost.as_dict()), "", report.results_table(res), "",
                        report.adaptive_notes(res), "",

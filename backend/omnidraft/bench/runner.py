@@ -27,6 +27,8 @@ from .prompts import Item
 
 log = logging.getLogger(__name__)
 
+PEER = "llama-cpp-python"  # the peer a user would pick: Llama.create_completion on the same GGUF
+
 
 @dataclass(frozen=True)
 class Config:
@@ -36,8 +38,8 @@ class Config:
 
     @property
     def label(self) -> str:
-        if self.method in ("target",):
-            return "target"
+        if self.method in ("target", PEER):
+            return self.method
         if self.policy == "cost":
             return f"{self.method} adaptive"
         if self.policy == "gamma":
@@ -122,12 +124,14 @@ class BenchContext:
             drafters["same"] = eng
         # timed on first use, not here: `bench peer` builds a context and never prices anything
         self.costs = CostSampler(session.target, session.max_verify_batch, drafters)
+        self._peer: PeerLlama | None = None
 
     def generator(self, cfg: Config) -> Generator:
         pair = self.same_pair if cfg.method == "same-vocab" else self.pair
         drafter = make_drafter(cfg.method, pair)
         policy = PolicyConfig(name=cfg.policy, k=max(cfg.k, 1) if cfg.method != "target" else 0)
-        gen = Generator(self.session.target, drafter, policy, cfg.method, self.session.max_verify_batch)
+        gen = Generator(self.session.target, drafter, policy, cfg.method, self.session.max_verify_batch,
+                        self.session.plan.guard)
         if cfg.policy == "cost" and cfg.method != "target":
             cm = self.cost_for(cfg)
             gen.policy.seed_costs(cm.t_verify, cm.t_draft)
@@ -147,9 +151,16 @@ class BenchContext:
             return self.costs.model(None)
         return self.costs.model("same" if cfg.method == "same-vocab" and self.same_pair is not None else "draft")
 
+    def peer(self) -> "PeerLlama":
+        if self._peer is None:
+            self._peer = PeerLlama(self.session.target.path, self.session.settings.threads)
+        return self._peer
+
     def close(self) -> None:
         if self.same_pair is not None:
             self.same_pair.draft.close()
+        if self._peer is not None:
+            self._peer.close()
 
 
 def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: GenerationParams,
@@ -159,13 +170,17 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
     Predictions use the cost model sampled through the run (``ctx.costs``), one short timing
     round set before each prompt."""
     ctx.start_costs()
-    gens = {c.label: ctx.generator(c) for c in configs}
+    gens = {c.label: ctx.generator(c) for c in configs if c.method != PEER}
     tallies = {c.label: Tally() for c in configs}
     bar = tqdm(total=len(items) * len(configs), desc="bench", disable=not progress, leave=False)
     for i, item in enumerate(items):
         ctx.costs.sample(2)
         order = configs[i % len(configs):] + configs[: i % len(configs)]
         for c in order:
+            if c.method == PEER:
+                tallies[c.label].add(ctx.peer().generate(item, params))
+                bar.update(1)
+                continue
             gen = gens[c.label]
             prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
                 else gen.prompt_from_text(item.prompt)
@@ -173,15 +188,52 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
             bar.update(1)
     bar.close()
     for c in configs:
-        if gens[c.label].drafter is not None:
+        if c.label in gens and gens[c.label].drafter is not None:
             tallies[c.label].draft_pass_hist = dict(gens[c.label].drafter.counters.pass_hist)
     base = tallies.get("target")
     out = {c.label: tallies[c.label].summary(base, ctx.cost_for(c)) for c in configs}
     for c in configs:
         out[c.label].update(method=c.method, k=c.k, policy=c.policy)
-        if c.policy != "fixed" and c.method != "target":
+        if c.policy != "fixed" and c.method not in ("target", PEER):
             out[c.label]["policy_stats"] = gens[c.label].policy.stats()
     return out
+
+
+class PeerLlama:
+    """Plain llama-cpp-python on the same GGUF with its default settings (repacked weights, f16 KV),
+    greedy or sampled like the run; timed from its first streamed token to its last, the way the
+    runner times generation after the prompt."""
+
+    def __init__(self, path, threads: int = 0):
+        from llama_cpp import Llama
+
+        self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads or None, verbose=False)
+
+    def generate(self, item: Item, params: GenerationParams) -> Final:
+        from ..generator import GenerationStats
+
+        kw = dict(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
+                  top_k=params.top_k, seed=params.seed if params.seed is not None else 0, stream=True)
+        self.llm.reset()
+        stream = self.llm.create_chat_completion([{"role": "user", "content": item.prompt}], **kw) if item.chat \
+            else self.llm.create_completion(item.prompt, **kw)
+        t_first = t_end = None
+        n, text = 0, []
+        for chunk in stream:
+            choice = chunk["choices"][0]
+            piece = choice.get("text") if "text" in choice else choice.get("delta", {}).get("content")
+            if piece is None:
+                continue
+            t_end = time.perf_counter()
+            t_first = t_first or t_end
+            n += 1
+            text.append(piece)
+        gen_s = (t_end - t_first) * n / (n - 1) if n > 1 else 0.0
+        st = GenerationStats(PEER, completion_tokens=n, target_passes=n, total_s=gen_s)
+        return Final("".join(text), [], "length", st, [])
+
+    def close(self) -> None:
+        self.llm.close()
 
 
 def peak_rss_mb() -> float:

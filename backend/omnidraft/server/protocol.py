@@ -178,7 +178,8 @@ def parse_request(body, kind: str, n_ctx: int, model_ids: tuple[str, ...]) -> Re
         top_p=float(_number(body, "top_p", 1.0, 0.0, 1.0)),
         top_k=int(_number(body, "top_k", 0, 0, 1000, integer=True)),
         seed=_number(body, "seed", None, -(2 ** 63), 2 ** 64 - 1, integer=True),
-        stop=_stop(body))
+        stop=_stop(body),
+        reuse_prefix=True)  # chat turns: only the new tokens are prefilled (one cached sequence, no extra memory)
     if params.top_p <= 0.0:
         raise _bad("'top_p' must be greater than 0", "top_p")
     if params.seed is not None and params.seed < 0:
@@ -197,7 +198,8 @@ def parse_request(body, kind: str, n_ctx: int, model_ids: tuple[str, ...]) -> Re
 # ------------------------------------------------------------------ responses
 def usage(stats) -> dict:
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.completion_tokens,
-            "total_tokens": stats.prompt_tokens + stats.completion_tokens}
+            "total_tokens": stats.prompt_tokens + stats.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": getattr(stats, "reused_tokens", 0)}}
 
 
 def _head(req: Request, obj: str) -> dict:

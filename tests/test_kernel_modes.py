@@ -1,0 +1,86 @@
+"""Kernel modes for the target: measured fidelity decides what may verify; a guard re-decodes near-ties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omnidraft import invariance
+from omnidraft.generator import GenerationParams, Generator, reference_target_tokens
+from omnidraft.invariance import Fidelity
+from omnidraft.methods import make_drafter
+from omnidraft.policy import PolicyConfig
+from omnidraft.verifier import SamplingParams, first_uncertain_row
+
+from tests.lossless_prompts import PROMPTS
+
+
+# ---------------------------------------------------------------- pure functions, hand-made arrays
+def test_guard_flags_a_greedy_near_tie_and_only_it():
+    rows = np.array([[0.0, 3.0, 1.0, 2.0],        # margin 1.0: certain
+                     [0.0, 2.0, 2.00001, -1.0],   # margin 1e-5: a near-tie
+                     [5.0, 0.0, 0.0, 0.0]])
+    greedy = SamplingParams()
+    assert first_uncertain_row(rows, greedy, [0.5] * 3, guard=1e-4) == 1
+    assert first_uncertain_row(rows, greedy, [0.5] * 3, guard=1e-7) is None
+    assert first_uncertain_row(rows[:1], greedy, [0.5], guard=0.4) is None
+    assert first_uncertain_row(rows[:1], greedy, [0.5], guard=0.6) == 0
+
+
+def test_guard_flags_a_uniform_on_a_cdf_boundary():
+    row = np.log(np.array([[0.25, 0.25, 0.5]]))
+    sp = SamplingParams(temperature=1.0, seed=1)
+    assert first_uncertain_row(row, sp, [0.2500001], guard=1e-4) == 0   # at the edge of token 0 / token 1
+    assert first_uncertain_row(row, sp, [0.37], guard=1e-4) is None     # well inside token 1
+    assert first_uncertain_row(row, SamplingParams(temperature=1.0, top_p=0.9), [0.37], guard=1e-4) == 0
+
+
+def test_plan_never_lets_argmax_flips_verify():
+    exact = Fidelity("exact", 7, 0.4, 0, 70)
+    assert invariance.plan_for(exact) == invariance.VerifyPlan("exact", 7)
+    identical_fast = Fidelity("fast", 8, 0.0, 0, 70)
+    assert invariance.plan_for(identical_fast).guard == 0.0
+    tiny = Fidelity("fast", 1, 5.7e-6, 0, 240)
+    plan = invariance.plan_for(tiny)
+    assert plan.max_batch == 8 and plan.guard == pytest.approx(invariance.GUARD_SAFETY * 5.7e-6)
+    assert invariance.plan_for(Fidelity("fast", 1, 0.67, 3, 240)) is None   # Q4_K_M-like: never
+    assert invariance.plan_for(Fidelity("fast", 1, 0.05, 0, 240)) is None   # too far even without flips
+
+
+def test_score_prefers_cheap_batches():
+    cheap = Fidelity("fast", 8, 0.0, 0, 70, {str(n): 0.027 * (1 + 0.17 * (n - 1)) for n in range(1, 9)})
+    dear = Fidelity("exact", 7, 0.0, 0, 70, {str(n): 0.028 * n for n in range(1, 9)})
+    assert invariance.score(cheap, invariance.plan_for(cheap)) > invariance.score(dear, invariance.plan_for(dear))
+
+
+# ---------------------------------------------------------------- the loop on the real default pair
+def _prompt(gen, text, chat):
+    return gen.prompt_from_messages([{"role": "user", "content": text}]) if chat else gen.prompt_from_text(text)
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_guarded_loop_redecodes_near_ties_and_stays_equal_to_target_alone(default_session, sampled):
+    """A wide guard (0.5 logits) re-decodes many rows alone; every text still equals the target alone."""
+    s = default_session
+    gen = Generator(s.target, make_drafter("omnidraft", s.pair), PolicyConfig(name="fixed", k=4), "omnidraft",
+                    s.max_verify_batch, guard=0.5)
+    redecodes = 0
+    for i, (_, p, chat) in enumerate(PROMPTS[::3]):
+        params = GenerationParams(max_tokens=24, temperature=0.8 if sampled else 0.0, seed=77 + i)
+        ref = reference_target_tokens(s.target, _prompt(gen, p, chat), params)
+        final = gen.generate(_prompt(gen, p, chat), params)
+        assert final.token_ids == ref, p[:40]
+        redecodes += final.stats.guard_redecodes
+    assert redecodes > 0
+
+
+def test_session_picks_a_mode_and_caches_its_fidelity(default_session):
+    s = default_session
+    assert s.plan.mode in ("exact", "fast")
+    assert s.plan.max_batch >= 2
+    cache = s.state_dir / "invariance.json"
+    for mode in ("exact", "fast"):
+        cfg = type(s.target.config)(n_ctx=s.settings.n_ctx, n_threads=s.settings.threads,
+                                    batch_invariant=(mode == "exact"))
+        fid = invariance.lookup(s.target.path, cfg, mode, cache)
+        assert fid is not None and fid.positions > 0 and fid.t(1) > 0
