@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BadRequest
-from .generator import GenerationParams, Generator
+from .generator import GenerationParams
 from .methods import make_drafter
 from .outbox import Outbox, Uploader
 from .policy import DraftPolicy, PolicyConfig
@@ -53,11 +53,11 @@ class AdaptConfig:
                                                                      "(humaneval | stdlib-code | docs)"})
     eval_set: str = field(default="", metadata={"help": "evaluate on this prompt set's held-out split "
                                                         "(default: the stream set's)"})
-    n_train: int = field(default=24, metadata={"help": "training prompts to stream (cycled if the set is shorter)"})
+    n_train: int = field(default=16, metadata={"help": "training prompts to stream (cycled if the set is shorter)"})
     n_heldout: int = field(default=4, metadata={"help": "held-out prompts evaluated after each update"})
     interval: int = field(default=8, metadata={"help": "train and swap every this many prompts"})
-    max_tokens: int = field(default=64, metadata={"help": "tokens generated per training prompt"})
-    eval_max_tokens: int = field(default=64, metadata={"help": "tokens generated per held-out prompt"})
+    max_tokens: int = field(default=48, metadata={"help": "tokens generated per training prompt"})
+    eval_max_tokens: int = field(default=32, metadata={"help": "tokens generated per held-out prompt"})
     eval_k: int = field(default=4, metadata={"help": "draft length of the held-out evaluation (fixed policy, "
                                                      "whatever --policy the stream uses)"})
     record_topk: int = field(default=8, metadata={"help": "target top-k kept per position in records"})
@@ -91,7 +91,7 @@ def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
     return [stream[i % len(stream)] for i in range(cfg.n_train)], held[: cfg.n_heldout]
 
 
-def _prompt(gen, item: Prompt):
+def prompt_input(gen, item: Prompt):
     text, chat = item
     return gen.prompt_from_messages([{"role": "user", "content": text}]) if chat else gen.prompt_from_text(text)
 
@@ -103,21 +103,26 @@ def load_prompts(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None) -> dict:
+def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None, records: list | None = None) -> dict:
     """Acceptance and tokens per target pass over the held-out prompts (pooled), greedy, drafting k per step.
 
     The draft length is fixed here, not the session's policy: an evaluation that drafts nothing
-    measures nothing.  ``ngram``: the n-gram cache to start from (copied; default: the session's)."""
-    method = session.settings.method
-    pair = copy.copy(session.pair)  # same engines and codecs; a private n-gram cache
+    measures nothing.  ``ngram``: the n-gram cache to start from (copied; default: the session's).
+    ``records``: if a list, each generation's training record is appended to it (a held-out loss)."""
+    gen = session.generator()  # the session's target, verification limits and method ...
+    pair = copy.copy(session.pair)  # ... with the same engines and codecs but a private n-gram cache
     pair.cache = copy.deepcopy(ngram if ngram is not None else session.pair.cache)
-    gen = Generator(session.target, make_drafter(method, pair), DraftPolicy(PolicyConfig(name="fixed", k=k)),
-                    method, session.max_verify_batch)
+    gen.drafter = make_drafter(gen.method, pair)
+    gen.policy = DraftPolicy(PolicyConfig(name="fixed", k=k))  # not the session's policy
+    k_run = min(k, gen.max_verify_batch - 1)  # the target verifies at most max_verify_batch rows per pass
     acc = prop = drafted = toks = passes = 0
     lengths: dict[int, int] = {}  # drafter tokens per step -> steps
     t0 = time.perf_counter()
     for p in prompts:
-        f = gen.generate(_prompt(gen, p), GenerationParams(max_tokens=max_tokens))
+        pin = prompt_input(gen, p)
+        f = gen.generate(pin, GenerationParams(max_tokens=max_tokens, record_topk=8 if records is not None else 0))
+        if records is not None:
+            records.append(build_record(f, pin, pair, gen.method, session.drafter_version))
         acc, prop = acc + f.stats.accepted, prop + f.stats.proposed
         toks, passes = toks + f.stats.completion_tokens, passes + f.stats.target_passes
         for s in f.steps:
@@ -125,7 +130,8 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
             lengths[s.drafted] = lengths.get(s.drafted, 0) + 1
     return {"acceptance": acc / prop if prop else 0.0, "measured": measured(prop),
             "tau": toks / passes if passes else 0.0, "accepted": acc, "proposed": prop, "drafted": drafted,
-            "draft_lengths": dict(sorted(lengths.items())), "k": k, "tokens": toks, "target_passes": passes,
+            "draft_lengths": dict(sorted(lengths.items())), "k": k_run, "k_asked": k, "tokens": toks,
+            "target_passes": passes,
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
@@ -193,7 +199,7 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
         session.registry = trainer.registry
         for i, item in enumerate(train, 1):
             gen = session.generator()
-            pin = _prompt(gen, item)
+            pin = prompt_input(gen, item)
             final = gen.generate(pin, GenerationParams(max_tokens=cfg.max_tokens, record_topk=cfg.record_topk))
             outbox.put(build_record(final, pin, session.pair, gen.method, session.drafter_version))
             uploader.kick()
@@ -232,9 +238,10 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
 def _show(pt: dict, label: str = "") -> None:
     head = label or f"after {pt['prompts']:3d} prompts [{pt['version']}]"
     tau = f"tau {pt['tau']:.3f}" if pt["measured"] else "tau (not measured)"
+    k = f"k = {pt['k']}" + (f" (asked {pt['k_asked']}: the target verifies at most {pt['k'] + 1} tokens a pass)"
+                            if pt["k"] != pt["k_asked"] else "")
     print(f"held-out {head}: acceptance {acceptance_text(pt['accepted'], pt['proposed'])}, {tau} "
-          f"({pt['tokens']} tokens in {pt['target_passes']} target passes, k = {pt['k']}, {pt['seconds']:.0f} s)",
-          flush=True)
+          f"({pt['tokens']} tokens in {pt['target_passes']} target passes, {k}, {pt['seconds']:.0f} s)", flush=True)
 
 
 def _plot(curve: list[dict], control: dict | None, path: Path, settings=None) -> Path | None:
