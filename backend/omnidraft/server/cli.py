@@ -129,7 +129,6 @@ def build_server(app, cfg):
 
 
 def _serve(session, cfg, record_fns) -> int:
-
     from .app import create_app, shutdown
 
     outbox = uploader = build_record = None
