@@ -94,7 +94,8 @@ def test_spans_and_extension(make):
     d = c.post("/v1/completions", json={"prompt": "hi there"}).get_json()
     assert d["choices"][0]["text"] == "Hello, world"
     assert d["omnidraft"]["draft_spans"] == [[0, 5], [7, 12]] and d["omnidraft"]["drafter_version"] == "v7"
-    assert d["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    assert d["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5,
+                          "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 def test_typed_error_from_worker_maps_by_type(make):
