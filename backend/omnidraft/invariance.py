@@ -98,18 +98,18 @@ def lookup(path: Path, cfg, mode: str, cache_file: Path | None) -> Fidelity | No
         return None
 
 
-def measure(engine: Engine, max_n: int = 8) -> Fidelity:
-    """Compare batches of 1..max_n rows with one-token decoding after a short and a long prefix
-    (the second straddles a 256-cell KV boundary)."""
+def measure(engine: Engine, max_n: int = 8, prefixes: tuple[int, ...] = (37, 250), timing: bool = True) -> Fidelity:
+    """Compare batches of 1..max_n rows with one-token decoding after each prefix length (the default
+    pair: a short one and one that straddles a 256-cell KV boundary), then time passes of 1..max_n."""
     ids = engine.tokenize(PROBE_TEXT)
     best, bound, flips, positions = max_n, 0.0, 0, 0
-    for n_prefix in (37, 250):
+    for n_prefix in prefixes:
         prefix = (ids * (n_prefix // len(ids) + 1))[:n_prefix]
         n, b, f, p = _measure_at(engine, prefix, ids[:max_n])
         best, bound, flips, positions = min(best, n), max(bound, b), flips + f, positions + p
     from .costmodel import time_passes  # here, not at the top: costmodel imports nothing of ours but engine
 
-    t_pass = {str(n): t for n, t in time_passes(engine, range(1, max_n + 1), repeats=3).items()}
+    t_pass = {str(n): t for n, t in time_passes(engine, range(1, max_n + 1), repeats=3).items()} if timing else {}
     engine.reset()
     return Fidelity(engine.mode, best, bound, flips, positions, t_pass)
 

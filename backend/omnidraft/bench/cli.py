@@ -3,6 +3,7 @@
     omnidraft bench run --preset small        # the BENCHMARKS.md slice (< 15 min on 2 cores)
     omnidraft bench run --preset full         # both Qwen targets, all sets, k = 1..6, sampled too
     omnidraft bench costmodel                 # T_verify(n), T_draft; quantization and thread sweep
+    omnidraft bench kernels                   # fidelity and pass times of the exact and fast kernel modes
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ def register(sub) -> None:
     r.add_argument("--out", default="results", help="directory for JSON, markdown and PNG outputs")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)
+
+    kk = bs.add_parser("kernels", help="fidelity and pass times of each target kernel mode (exact, fast)",
+                       description="For each target file and kernel mode: how far batched logits (2..8 rows) stray "
+                                   "from one-token decoding over many positions (largest bit-identical batch, max "
+                                   "|difference|, argmax flips), T(n)/T(1), and the verification plan it allows.")
+    kk.add_argument("--targets", default="qwen2.5-coder-0.5b,qwen2.5-coder-0.5b:q4_0",
+                    help="comma-separated targets (NAME:q4_0 = requantized copy, made on first use)")
+    kk.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
+    kk.add_argument("--prefixes", default="37,64,100,150,200,250,300,400,500,700",
+                    help="prefix lengths after which 8 positions are compared (about 35 rows each)")
+    kk.add_argument("--out", default="results", help="directory for the JSON and markdown")
+    kk.set_defaults(func=_cmd_kernels)
 
     c = bs.add_parser("costmodel", help="measure T_verify(n), T_draft; sweep quantization and threads",
                       description="Times target passes of n = 1..8 tokens and one drafter token, for each "
@@ -193,6 +206,45 @@ def _argv_of(args) -> list[str]:
     import sys
 
     return sys.argv[sys.argv.index("run") + 1:] if "run" in sys.argv else []
+
+
+def _cmd_kernels(args) -> int:
+    from .. import invariance, models
+    from ..engine import Engine, EngineConfig
+    from . import report, runner
+
+    prefixes = tuple(int(x) for x in _csv(args.prefixes))
+    rows = []
+    for target in _csv(args.targets):
+        path = models.resolve(target)
+        for mode in ("exact", "fast"):
+            cfg = EngineConfig(n_ctx=2048, n_threads=args.threads, batch_invariant=(mode == "exact"))
+            with Engine(path, cfg) as e:
+                fid = invariance.measure(e, prefixes=prefixes)
+            plan = invariance.plan_for(fid)
+            row = dict(target=target, file=path.name, mode=mode, threads=cfg.threads()[0], **fid.as_dict(),
+                       ratio={n: fid.t(n) / fid.t(1) for n in (2, 4, 8)},
+                       plan=plan.as_dict() if plan else None,
+                       score=invariance.score(fid, plan) if plan else 0.0)
+            rows.append(row)
+            log.info("%s %s: %s", target, mode, row)
+    md = ["| target | kernels | T(1) | T(2)/T(1) | T(4)/T(1) | T(8)/T(1) | rows compared | bit-identical up to | "
+          "max abs diff | argmax flips | verification plan |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p = r["plan"]
+        plan = "never verifies" if p is None else (f"batches <= {p['max_batch']}" +
+                                                  (f", guard {p['guard']:.2g}" if p["guard"] else ", exact"))
+        md.append(f"| {r['target']} | {r['mode']} | {r['t_pass']['1'] * 1e3:.1f} ms | {r['ratio'][2]:.2f} | "
+                  f"{r['ratio'][4]:.2f} | {r['ratio'][8]:.2f} | {r['positions']} | {r['max_identical']} | "
+                  f"{r['bound']:.3g} | {r['flips']} | {plan} |")
+    tag = runner.now_tag()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report.write_json(out / f"kernels-{tag}.json", {"machine": report.machine(), "rows": rows})
+    (out / f"kernels-{tag}.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    print(f"\nwrote {out / f'kernels-{tag}.json'}")
+    return 0
 
 
 def _cmd_costmodel(args) -> int:
