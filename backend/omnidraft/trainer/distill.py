@@ -501,21 +501,55 @@ def load_trained(draft_gguf: str, layers: list[int], trained_dir: Path):
     return model.eval()
 
 
-def export(draft_gguf: str, layers: list[int], trained_dir: Path | None, out: Path, qtype: str = "q4_1",
-           threads: int = 0) -> dict:
+def quantize_mixed(src: Path, dst: Path, qtype: str, embed_type: str, threads: int = 0) -> Path:
+    """``src`` quantized to ``qtype`` with the token embedding (= the tied head) as ``embed_type``: the frozen
+    embedding keeps the base file's own Q4_1 values exactly, the trained layers get 8 bits."""
+    import ctypes
+    import os
+
+    import llama_cpp
+
+    from gguf_tools.quantize import ftype_of
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype_of(qtype)
+    params.nthread = threads
+    params.allow_requantize = True
+    params.token_embedding_type = getattr(llama_cpp, "GGML_TYPE_" + embed_type.upper())
+    tmp = dst.with_name(dst.name + ".tmp")
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise RuntimeError(f"{src}: quantize to {qtype}/{embed_type} failed (rc={rc})")
+    os.replace(tmp, dst)
+    return dst
+
+
+def export(draft_gguf: str, layers: list[int], trained_dir: Path | None, out: Path, qtype: str = "q8_0",
+           embed_type: str | None = "q4_1", threads: int = 0) -> dict:
     """Write the GGUF of a (trained or untrained) cut drafter and check it against torch in llama.cpp."""
+    import tempfile
+
     from omnidraft import models
 
     from .export import check_gguf, export_gguf
 
     src = draft_gguf if Path(draft_gguf).exists() else models.resolve(draft_gguf)
     model = load_trained(src, layers, trained_dir) if trained_dir else load_cut(src, layers).eval()
-    path = export_gguf(model, out, vocab_from=src, qtype=qtype, threads=threads)
-    res = check_gguf(path, model, qtype, threads=threads)
+    out = Path(out)
+    if embed_type and qtype not in ("f32", "f16", "bf16"):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as tmp:
+            f32 = export_gguf(model, Path(tmp) / "f32.gguf", vocab_from=src, qtype="f32")
+            path = quantize_mixed(f32, out, qtype, embed_type, threads)
+        # the Q4_1 head adds the base file's own quantization error (0.055 for SmolLM2) to the 8-bit layers'
+        res = check_gguf(path, model, qtype, threads=threads, tolerance=0.2)
+    else:
+        path = export_gguf(model, out, vocab_from=src, qtype=qtype, threads=threads)
+        res = check_gguf(path, model, qtype, threads=threads)
     if not res.ok:
         raise RuntimeError(f"{path}: export check failed {res.as_dict()}")
     return {"path": str(path), "bytes": path.stat().st_size, "sha256": models.sha256_file(path),
-            "check": res.as_dict()}
+            "qtype": qtype, "embed_type": embed_type, "check": res.as_dict()}
 
 
 def plot(histories: dict[str, dict], out: Path) -> Path:
@@ -564,7 +598,8 @@ def register(sub) -> None:
     e.add_argument("--trained", default=".distill/trained", help="directory of `distill train` outputs")
     e.add_argument("--draft-gguf", default="smollm2-135m", help="the drafter that was cut")
     e.add_argument("--choices", default="first4", help="comma-separated layer choices to export")
-    e.add_argument("--qtype", default="q4_1", help="quantization of the GGUF")
+    e.add_argument("--qtype", default="q8_0", help="quantization of the trained layers")
+    e.add_argument("--embed-type", default="q4_1", help="quantization of the frozen embedding/head ('' = qtype)")
     e.add_argument("--out", default="models", help="directory for the GGUFs")
     e.add_argument("--results", default="results", help="directory for the plot and JSON")
     e.set_defaults(func=_cmd_export)
@@ -598,8 +633,8 @@ def _cmd_export(args) -> int:
     for choice in [c for c in args.choices.split(",") if c]:
         d = Path(args.trained) / choice
         hists[choice] = json.loads((d / "history.json").read_text())
-        out = Path(args.out) / f"smollm2-135m-{choice}-qwen.{args.qtype}.gguf"
-        rows[choice] = export(args.draft_gguf, hists[choice]["layers"], d, out, args.qtype)
+        out = Path(args.out) / f"smollm2-135m-{choice}-qwen.gguf"
+        rows[choice] = export(args.draft_gguf, hists[choice]["layers"], d, out, args.qtype, args.embed_type or None)
         print(choice, json.dumps(rows[choice]))
     res = Path(args.results)
     plot(hists, res / "distill.png")
@@ -617,7 +652,7 @@ def _cmd_all(args) -> int:
     for c in args.choices.split(","):
         train(TrainConfig(layers=c, device=args.device, seed=args.seed, epochs=1.0 if args.small else 3.0))
     ns = type("A", (), dict(trained=".distill/trained", draft_gguf="smollm2-135m", choices=args.choices,
-                            qtype="q4_1", out=args.out, results="results"))
+                            qtype="q8_0", embed_type="q4_1", out=args.out, results="results"))
     return _cmd_export(ns)
 
 

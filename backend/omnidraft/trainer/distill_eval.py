@@ -1,0 +1,139 @@
+"""Held-out measurement of distilled drafters: T_draft here, acceptance and tokens per target pass at
+k = 1..6, and wall-clock speed against the target alone, through the bench runner (fixed policy).
+
+Acceptance at k < K comes from the fixed-K run's steps: a step that accepted a of its drafts would have
+accepted min(a, k) of k greedy drafts (the drafter's first k tokens are the same), so
+
+    tau(k) = mean_steps(min(a, k)) + 1      acceptance(k) = mean_steps(min(a, k)) / k
+
+an estimate over the positions the K run visited (steps that proposed fewer than k count as proposed).
+
+    python -m omnidraft.trainer.distill_eval --drafts smollm2-135m,models/x.gguf --n 4 --configs 6
+    python -m omnidraft.trainer.distill_eval --drafts models/x.gguf --configs target,3,cost   (speed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def t_draft(path, threads: int = 2, repeats: int = 9) -> float:
+    """Median seconds of one drafter token after a 128-token prefix (the Engine, ``threads`` threads)."""
+    from omnidraft import models
+    from omnidraft.costmodel import time_passes
+    from omnidraft.engine import Engine, EngineConfig
+
+    with Engine(models.resolve(path), EngineConfig(n_ctx=512, n_threads=threads, batch_invariant=False)) as e:
+        return time_passes(e, range(1, 2), repeats=repeats)[1]
+
+
+def items_for(name: str, n: int, seed: int = 0):
+    from omnidraft.bench import prompts
+
+    if name == "chat":
+        from .distill_data import chat_items
+
+        return chat_items(seed, n)
+    return prompts.load(name, seed).split("heldout")[:n]
+
+
+def parse_configs(spec: str):
+    """'target,6,cost' -> [target, omnidraft k=6 fixed, omnidraft adaptive (cost policy, k <= 6)]."""
+    from omnidraft.bench.runner import Config
+
+    out, kmax = [], max([int(x) for x in spec.split(",") if x.isdigit()] or [6])
+    for x in spec.split(","):
+        if x == "target":
+            out.append(Config("target"))
+        elif x.isdigit():
+            out.append(Config("omnidraft", int(x), "fixed"))
+        elif x == "cost":
+            out.append(Config("omnidraft", kmax, "cost"))
+    return out
+
+
+def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, configs: str, threads: int,
+             progress: bool = True) -> dict:
+    """Per set and configuration (interleaved per prompt): tokens/s, the accepted-draft counts of every step
+    and, for fixed-k runs, tau/acceptance at 1..k; speedups against `target` when it is among them."""
+    from tqdm import tqdm
+
+    from omnidraft.bench.runner import BenchContext
+    from omnidraft.generator import GenerationParams
+    from omnidraft.session import Session, Settings
+
+    cfgs = parse_configs(configs)
+    session = Session(Settings(target=target, draft=draft, threads=threads, method="omnidraft"))
+    ctx = BenchContext(session)
+    out = {}
+    try:
+        gens = {c.label: ctx.generator(c) for c in cfgs}
+        params = GenerationParams(max_tokens=max_tokens)
+        for s in sets:
+            items = items_for(s, n)
+            acc = {c.label: [] for c in cfgs}
+            tok, secs, outs = {c.label: 0 for c in cfgs}, {c.label: 0.0 for c in cfgs}, {}
+            for i, item in enumerate(tqdm(items, desc=f"{Path(str(draft)).name} {s}", disable=not progress)):
+                for c in cfgs[i % len(cfgs):] + cfgs[: i % len(cfgs)]:
+                    g = gens[c.label]
+                    prompt = g.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
+                        else g.prompt_from_text(item.prompt)
+                    f = g.generate(prompt, params)
+                    tok[c.label] += f.stats.completion_tokens
+                    secs[c.label] += f.stats.total_s - f.stats.prefill_s
+                    outs.setdefault(c.label, []).append(f.token_ids)
+                    acc[c.label] += [st.accepted for st in f.steps if st.proposed > 0]
+            r = {"prompts": len(items), "tokens_per_s": {lab: tok[lab] / secs[lab] if secs[lab] else 0.0
+                                                         for lab in tok}}
+            for c in cfgs:
+                a = np.array(acc[c.label] or [0])
+                r.setdefault("steps", {})[c.label] = len(acc[c.label])
+                r.setdefault("mean_accepted", {})[c.label] = float(a.mean())
+                if c.policy == "fixed" and c.method != "target":
+                    r.setdefault("tau", {})[c.label] = {j: float(np.minimum(a, j).mean() + 1) for j in range(1, c.k + 1)}
+                    r.setdefault("acceptance", {})[c.label] = {j: float(np.minimum(a, j).mean() / j)
+                                                               for j in range(1, c.k + 1)}
+                if "target" in tok and c.method != "target" and secs[c.label]:
+                    r.setdefault("speedup", {})[c.label] = r["tokens_per_s"][c.label] / r["tokens_per_s"]["target"]
+                    r.setdefault("same_output_as_target", {})[c.label] = outs[c.label] == outs["target"]
+            out[s] = r
+            log.info("%s %s: %s", draft, s, r)
+    finally:
+        ctx.close()
+        session.close()
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--drafts", required=True, help="comma-separated drafter names or GGUF paths")
+    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--sets", default="humaneval,stdlib-code,chat")
+    ap.add_argument("--n", type=int, default=4, help="held-out prompts per set")
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--configs", default="6", help="target, fixed draft lengths (digits) and/or cost")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default="results/distill-eval.json")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    res = {"target": a.target, "configs": a.configs, "n": a.n, "max_tokens": a.max_tokens, "threads": a.threads,
+           "when": time.strftime("%Y-%m-%d %H:%M:%S"), "drafts": {}}
+    for d in [x for x in a.drafts.split(",") if x]:
+        res["drafts"][d] = {"t_draft_ms": 1e3 * t_draft(d, a.threads),
+                            "sets": run_sets(d, a.target, a.sets.split(","), a.n, a.max_tokens, a.configs, a.threads)}
+        print(d, json.dumps(res["drafts"][d]), flush=True)
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
