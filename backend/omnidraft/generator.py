@@ -29,6 +29,7 @@ from .verifier import (SamplingParams, first_uncertain_row, sample_token, verify
 log = logging.getLogger(__name__)
 
 VERIFICATION_MODES = ("exact", "approx-rs")
+MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's top_logprobs
 
 
 @dataclass
@@ -45,6 +46,9 @@ class GenerationParams:
     # tokens are prefilled.  Output is exactly the target alone's with the same reuse; with a cold
     # context it can differ at near-ties, since the reused entries were computed in other batches.
     reuse_prefix: bool = False
+    # None: off.  n >= 0: per output token, the target's log-probability of it and of its n most likely
+    # alternatives (log-softmax at temperature 1 of the row that chose it: the same with or without drafts)
+    logprobs: int | None = None
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
@@ -60,6 +64,18 @@ class GenerationParams:
             raise BadRequest("top_k must be >= 0")
         if self.verification not in VERIFICATION_MODES:
             raise BadRequest(f"verification must be one of {VERIFICATION_MODES}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise BadRequest(f"logprobs must be within [0, {MAX_LOGPROBS}]")
+
+
+@dataclass
+class TokenLogprob:
+    """One output token as the target scored it: log-softmax at temperature 1 of the row that chose it."""
+
+    id: int
+    piece: bytes  # the token's text (control tokens as their text, e.g. b'<|im_end|>')
+    logprob: float
+    top: list[tuple[int, bytes, float]]  # (id, piece, logprob) of the most likely tokens, most likely first
 
 
 @dataclass
@@ -79,6 +95,7 @@ class StepRecord:
     # per new token: (target ids, probabilities) of the target's top-k at that position, if recorded
     topk: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     redecoded: bool = False  # a guarded kernel mode re-decoded a near-tie one token at a time
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per new token, if params.logprobs is set
 
 
 @dataclass
@@ -139,6 +156,7 @@ class Final:
     finish_reason: str  # "stop" | "length"
     stats: GenerationStats
     steps: list[StepRecord]
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # tokens of `text` (params.logprobs set)
 
 
 class Generator:
@@ -218,8 +236,10 @@ class Generator:
                 new = new[:eog_at]
             out.extend(new)
             n_acc_text = min(step.accepted, len(new))
-            yield from text.push(t.detokenize(new[:n_acc_text]), True)
-            yield from text.push(t.detokenize(new[n_acc_text:]), False)
+            # each token's logprob entry rides on the chunk that completes its text (TextStream marks)
+            marks = [(len(t.token_bytes[tok]), lp) for tok, lp in zip(new, step.logprobs)]
+            yield from text.push(t.detokenize(new[:n_acc_text]), True, marks[:n_acc_text])
+            yield from text.push(t.detokenize(new[n_acc_text:]), False, marks[n_acc_text:])
             if done or text.stopped:
                 finish = "stop"
                 break
@@ -231,7 +251,7 @@ class Generator:
         stats.total_s = time.perf_counter() - t0
         stats.policy_note = self.policy.note(self.max_verify_batch - 1) if self.drafter is not None \
             else "no drafter, the target ran alone"
-        yield Final(text.text, out, finish, stats, steps)
+        yield Final(text.text, out, finish, stats, steps, [lp for _, lp in text.released])
 
     def _step(self, t_prev: int, n_out: int, max_new: int, params: GenerationParams, sp: SamplingParams,
               uniforms: np.ndarray, rng: np.random.Generator) -> tuple[StepRecord, list[int]]:
@@ -272,8 +292,10 @@ class Generator:
             self.policy.observe_draft(judged, acc_d)
         ng = [k == NGRAM for k in cands.kinds]
         topk = [_topk(logits[i], params.record_topk) for i in range(n_acc + 1)] if params.record_topk else []
+        lps = [] if params.logprobs is None else [_logprob(t, logits[i], tok, params.logprobs)
+                                                  for i, tok in enumerate(new)]
         rec = StepRecord(len(cands), n_acc, drafted, sum(ng), sum(ng[:n_acc]), new, d_s, tr_s, v_s,
-                         time.perf_counter() - s0, topk, redecoded)
+                         time.perf_counter() - s0, topk, redecoded, lps)
         return rec, new
 
     def _verify(self, cands: Candidates, logits: np.ndarray, params: GenerationParams, sp: SamplingParams,
@@ -319,6 +341,17 @@ def _topk(row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     p /= p.sum()
     order = idx[np.argsort(-p[idx])]
     return order.astype(np.int32), p[order].astype(np.float32)
+
+
+def _logprob(target: Engine, row: np.ndarray, token: int, n: int) -> TokenLogprob:
+    """The chosen token's log-probability and the n most likely tokens' (log-softmax at temperature 1)."""
+    z = row.astype(np.float64) - row.max()
+    lp = z - np.log(np.exp(z).sum())
+    idx = np.argpartition(-lp, n)[:n] if n < len(lp) else np.arange(len(lp))
+    idx = idx[np.lexsort((idx, -lp[idx]))]  # most likely first, ties by id
+    piece = lambda i: target.detokenize([int(i)], special=True)  # noqa: E731
+    return TokenLogprob(int(token), piece(token), float(lp[token]),
+                        [(int(i), piece(i), float(lp[i])) for i in idx])
 
 
 def reference_target_tokens(target: Engine, prompt: PromptInput, params: GenerationParams) -> list[int]:

@@ -259,7 +259,7 @@ def _collect(req: Request, job: Job, ev) -> dict:
         finish, stats = "length", ev.stats
     ext = ev.ext()
     ext["draft_spans"] = draft_spans(chunks)
-    return full_response(req, text, finish, stats, ext)
+    return full_response(req, text, finish, stats, ext, [m for c in chunks for m in c.marks])
 
 
 def _stream(req: Request, job: Job, ev):
@@ -268,8 +268,9 @@ def _stream(req: Request, job: Job, ev):
             yield _sse(chunk(req, None, role=True))
         while True:
             if isinstance(ev, Chunk):
-                if ev.text:
-                    yield _sse(chunk(req, ev.text, ext={"from_draft": ev.from_draft}))
+                if ev.text or ev.marks:
+                    marks = ev.marks if req.params.logprobs is not None else None
+                    yield _sse(chunk(req, ev.text, ext={"from_draft": ev.from_draft}, marks=marks))
             elif isinstance(ev, (Done, TimedOut)):
                 stats = ev.final.stats if isinstance(ev, Done) else ev.stats
                 finish = ev.final.finish_reason if isinstance(ev, Done) else "length"

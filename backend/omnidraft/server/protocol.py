@@ -17,6 +17,8 @@ from ..policy import POLICIES
 
 MAX_STOP = 4
 MAX_K = 6
+MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI
+MAX_LEGACY_LOGPROBS = 5  # completions' logprobs, as OpenAI
 
 
 class ApiError(Exception):
@@ -109,6 +111,18 @@ def _content(c, i: int):
     return c
 
 
+def _logprobs(body: dict, kind: str) -> int | None:
+    """None (off) or the number of alternatives per token.  Chat: ``logprobs: bool`` and
+    ``top_logprobs: 0..20``; completions (legacy): ``logprobs: 0..5``."""
+    if kind == "completion":
+        return _number(body, "logprobs", None, 0, MAX_LEGACY_LOGPROBS, integer=True)
+    on = _bool(body, "logprobs")
+    top = _number(body, "top_logprobs", None, 0, MAX_TOP_LOGPROBS, integer=True)
+    if top is not None and not on:
+        raise _bad("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
+    return (top or 0) if on else None
+
+
 def _extension(body: dict) -> tuple[str | None, int | None, str | None]:
     ext = body.get("omnidraft")
     if ext is None:
@@ -179,6 +193,7 @@ def parse_request(body, kind: str, n_ctx: int, model_ids: tuple[str, ...]) -> Re
         top_k=int(_number(body, "top_k", 0, 0, 1000, integer=True)),
         seed=_number(body, "seed", None, -(2 ** 63), 2 ** 64 - 1, integer=True),
         stop=_stop(body),
+        logprobs=_logprobs(body, kind),
         reuse_prefix=True)  # chat turns: only the new tokens are prefilled (one cached sequence, no extra memory)
     if params.top_p <= 0.0:
         raise _bad("'top_p' must be greater than 0", "top_p")
@@ -208,29 +223,56 @@ def _head(req: Request, obj: str) -> dict:
             "system_fingerprint": "omnidraft"}
 
 
-def full_response(req: Request, text: str, finish_reason: str, stats, ext: dict) -> dict:
+def _piece(b: bytes) -> str:
+    return b.decode("utf-8", "replace")  # a token that ends inside a character: its exact bytes are in "bytes"
+
+
+def logprobs(req: Request, marks: list) -> dict | None:
+    """OpenAI's logprobs object for tokens given as TextStream marks: (character offset in the
+    completion, generator.TokenLogprob).  Legacy offsets count from the prompt's start, as OpenAI's."""
+    if req.params.logprobs is None:
+        return None
+    if req.kind == "chat":
+        return {"content": [{"token": _piece(lp.piece), "logprob": lp.logprob, "bytes": list(lp.piece),
+                             "top_logprobs": [{"token": _piece(b), "logprob": v, "bytes": list(b)}
+                                              for _, b, v in lp.top]} for _, lp in marks], "refusal": None}
+    tops = []
+    for _, lp in marks:  # the sampled token is always listed, so up to logprobs + 1 entries
+        top = {}
+        for _, b, v in lp.top + [(lp.id, lp.piece, lp.logprob)]:
+            top.setdefault(_piece(b), v)
+        tops.append(top)
+    base = len(req.prompt or "")
+    return {"tokens": [_piece(lp.piece) for _, lp in marks], "token_logprobs": [lp.logprob for _, lp in marks],
+            "top_logprobs": tops, "text_offset": [base + at for at, _ in marks]}
+
+
+def full_response(req: Request, text: str, finish_reason: str, stats, ext: dict, marks: list = ()) -> dict:
+    lp = logprobs(req, list(marks))
     if req.kind == "chat":
         d = _head(req, "chat.completion")
-        d["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+        d["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lp,
                          "finish_reason": finish_reason}]
     else:
         d = _head(req, "text_completion")
-        d["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+        d["choices"] = [{"index": 0, "text": text, "logprobs": lp, "finish_reason": finish_reason}]
     d["usage"] = usage(stats)
     d["omnidraft"] = ext
     return d
 
 
 def chunk(req: Request, text: str | None, finish_reason: str | None = None, ext: dict | None = None,
-          role: bool = False) -> dict:
-    """One streamed chunk. ``text=None`` with a finish_reason is the final (empty-delta) chunk."""
+          role: bool = False, marks: list | None = None) -> dict:
+    """One streamed chunk. ``text=None`` with a finish_reason is the final (empty-delta) chunk;
+    ``marks``: the logprob entries of the tokens this chunk's text completes (when asked for)."""
+    lp = None if marks is None else logprobs(req, marks)
     if req.kind == "chat":
         d = _head(req, "chat.completion.chunk")
         delta = {"role": "assistant", "content": ""} if role else ({} if text is None else {"content": text})
-        d["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+        d["choices"] = [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish_reason}]
     else:
         d = _head(req, "text_completion")
-        d["choices"] = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}]
+        d["choices"] = [{"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish_reason}]
     if req.include_usage:
         d["usage"] = None
     if ext is not None:
