@@ -253,9 +253,9 @@ class TrainConfig:
     layers: str = field(default="first4", metadata={"help": "firstN, spreadN or a comma list of layer indices"})
     out: str = field(default=".distill/trained", metadata={"help": "directory for the trained tensors"})
     device: str = field(default="cpu", metadata={"help": "torch device (cpu, cuda)"})
-    epochs: float = field(default=3.0, metadata={"help": "passes over the training positions"})
+    epochs: float = field(default=10.0, metadata={"help": "passes over the training positions"})
     batch_tokens: int = field(default=16384, metadata={"help": "padded drafter tokens per step"})
-    lr: float = field(default=1e-3, metadata={"help": "peak AdamW learning rate (warm-up, then cosine)"})
+    lr: float = field(default=2e-3, metadata={"help": "peak AdamW learning rate (warm-up, then cosine)"})
     lam: float = field(default=0.2, metadata={"help": "lambda of L_N-gram in the hybrid loss"})
     train_embeddings: bool = field(default=False, metadata={"help": "also train the (tied) embedding/head"})
     eval_every: int = field(default=25, metadata={"help": "steps between validation points"})
@@ -562,9 +562,9 @@ def plot(histories: dict[str, dict], out: Path) -> Path:
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     for name, h in histories.items():
         tr = h["train"]
-        xs = [r["step"] for r in tr]
-        ys = np.convolve([r["loss"] for r in tr], np.ones(5) / 5, mode="same") if len(tr) >= 5 else \
-            [r["loss"] for r in tr]
+        w = min(9, len(tr))
+        ys = np.convolve([r["loss"] for r in tr], np.ones(w) / w, mode="valid")
+        xs = [r["step"] for r in tr][w // 2: w // 2 + len(ys)]
         a.plot(xs, ys, label=name)
         b.plot([r["step"] for r in h["val"]], [r["val_top1_dm"] for r in h["val"]], marker="o", label=name)
     a.set(xlabel="step", ylabel="hybrid loss (train, smoothed)", yscale="log")
@@ -650,7 +650,7 @@ def _cmd_all(args) -> int:
     prepare(PrepConfig(seed=args.seed, **small))
     run_teacher(TeacherConfig(device=args.device, seed=args.seed))
     for c in args.choices.split(","):
-        train(TrainConfig(layers=c, device=args.device, seed=args.seed, epochs=1.0 if args.small else 3.0))
+        train(TrainConfig(layers=c, device=args.device, seed=args.seed, **({"epochs": 1.0} if args.small else {})))
     ns = type("A", (), dict(trained=".distill/trained", draft_gguf="smollm2-135m", choices=args.choices,
                             qtype="q8_0", embed_type="q4_1", out=args.out, results="results"))
     return _cmd_export(ns)

@@ -35,6 +35,34 @@ def t_draft(path, threads: int = 2, repeats: int = 9) -> float:
         return time_passes(e, range(1, 2), repeats=repeats)[1]
 
 
+def timing(drafts: list[str], target: str, threads: int = 2, rounds: int = 5) -> dict:
+    """T_draft of each drafter and the target's T_verify(n), n = 1..7, in interleaved rounds (medians), so
+    that other load on the machine hits all of them alike."""
+    from statistics import median
+
+    from omnidraft import models
+    from omnidraft.costmodel import time_passes
+    from omnidraft.engine import Engine, EngineConfig
+
+    engines = {d: Engine(models.resolve(d), EngineConfig(n_ctx=512, n_threads=threads, batch_invariant=False))
+               for d in drafts}
+    tgt = Engine(models.resolve(target), EngineConfig(n_ctx=512, n_threads=threads))
+    samples: dict = {d: [] for d in drafts}
+    tv: dict = {n: [] for n in range(1, 8)}
+    try:
+        for _ in range(rounds):
+            for d, e in engines.items():
+                samples[d].append(time_passes(e, range(1, 2), repeats=5)[1])
+            for n, t in time_passes(tgt, range(1, 8), repeats=3).items():
+                tv[n].append(t)
+    finally:
+        for e in engines.values():
+            e.close()
+        tgt.close()
+    return {"t_draft_ms": {d: 1e3 * median(v) for d, v in samples.items()},
+            "t_verify_ms": {n: 1e3 * median(v) for n, v in tv.items()}, "threads": threads, "rounds": rounds}
+
+
 def items_for(name: str, n: int, seed: int = 0):
     from omnidraft.bench import prompts
 
@@ -121,13 +149,21 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--configs", default="6", help="target, fixed draft lengths (digits) and/or cost")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-tdraft", action="store_true", help="skip timing the drafter")
     ap.add_argument("--out", default="results/distill-eval.json")
+    ap.add_argument("--timing", action="store_true", help="only T_draft of the drafters and T_verify of the target")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if a.timing:
+        res = timing([x for x in a.drafts.split(",") if x], a.target, a.threads)
+        print(json.dumps(res, indent=1))
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(res, indent=1))
+        return 0
     res = {"target": a.target, "configs": a.configs, "n": a.n, "max_tokens": a.max_tokens, "threads": a.threads,
            "when": time.strftime("%Y-%m-%d %H:%M:%S"), "drafts": {}}
     for d in [x for x in a.drafts.split(",") if x]:
-        res["drafts"][d] = {"t_draft_ms": 1e3 * t_draft(d, a.threads),
+        res["drafts"][d] = {"t_draft_ms": None if a.no_tdraft else 1e3 * t_draft(d, a.threads),
                             "sets": run_sets(d, a.target, a.sets.split(","), a.n, a.max_tokens, a.configs, a.threads)}
         print(d, json.dumps(res["drafts"][d]), flush=True)
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
