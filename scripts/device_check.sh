@@ -29,11 +29,11 @@ build() {  # $1 = cpu | gpu
   rm -rf "/tmp/src-$1" && mkdir -p "/tmp/src-$1"
   tar xzf "$CARRY/llama_cpp_python-$VERSION-trimmed.tar.gz" -C "/tmp/src-$1"
   local t0=$SECONDS
-  CMAKE_ARGS="$args" CMAKE_GENERATOR=Ninja CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+  CC="${DEVICE_CC:-${CC:-gcc}}" CXX="${DEVICE_CXX:-${CXX:-g++}}" CMAKE_ARGS="$args" CMAKE_GENERATOR=Ninja CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     python3 -m pip install -v --no-build-isolation --no-deps --no-cache-dir --no-compile \
     --target "/tmp/llama-$1" "/tmp/src-$1/llama_cpp_python-$VERSION" > "$OUT/build-$1.log" 2>&1 \
     || { tail -30 "$OUT/build-$1.log"; return 1; }
-  echo "[device] $1 build: $((SECONDS - t0)) s; CMAKE_ARGS=$args" | tee -a "$OUT/builds.txt"
+  echo "[device] $1 build: $((SECONDS - t0)) s; CC=${DEVICE_CC:-${CC:-gcc}}; CMAKE_ARGS=$args" | tee -a "$OUT/builds.txt"
 }
 
 kernels() {  # $1 = cpu | gpu: fidelity + pass times per mode and quantization
@@ -71,8 +71,9 @@ EOF
 
 # The image's Python loads the system libstdc++ (through numpy) before libllama, which was compiled by
 # /opt/gcc: the probe then dies with SIGSEGV in the first decode.  Load the compiler's own runtime.
-for lib in /opt/gcc/lib64/libstdc++.so.6 /opt/gcc/lib/libstdc++.so.6; do
-  [ -e "$lib" ] && export LD_PRELOAD="$lib" && echo "[device] LD_PRELOAD=$lib" && break
+for lib in /opt/gcc/lib64/libstdc++.so.6 /opt/gcc/lib/libstdc++.so.6 \
+           $(find /opt/gcc -name 'libstdc++.so.6*' 2>/dev/null | sort) $(find /opt/gcc -name 'libstdc++.so' 2>/dev/null); do
+  [ -e "$lib" ] && export LD_PRELOAD="$(readlink -f "$lib")" && echo "[device] LD_PRELOAD=$LD_PRELOAD" && break
 done
 echo "[device] $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true

@@ -269,9 +269,10 @@ def probe(threads: int = 0, timeout: float = 180.0, workdir: Path | None = None,
                                       f"decoding a tiny model on {threads} threads", threads)
         secs = time.perf_counter() - t0
         if proc.returncode < 0:
+            why = ("this build uses CPU instructions this machine does not run" if -proc.returncode == signal.SIGILL
+                   else "the build is broken here (a compiler or C++ runtime mismatch, or a bad kernel)")
             return ProbeResult(False, f"llama.cpp build check FAILED: the engine died with "
-                                      f"{_signal_name(proc.returncode)} on {threads} threads: this build uses "
-                                      f"CPU instructions this machine does not run", threads, secs)
+                                      f"{_signal_name(proc.returncode)} on {threads} threads: {why}", threads, secs)
         if proc.returncode != 0 or not result.exists():
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             return ProbeResult(False, f"llama.cpp build check FAILED: the probe exited {proc.returncode}: {tail}",

@@ -222,7 +222,7 @@ def _cmd_kernels(args) -> int:
             with Engine(path, cfg) as e:
                 fid = invariance.measure(e, prefixes=prefixes)
             plan = invariance.plan_for(fid)
-            row = dict(target=target, file=path.name, mode=mode, threads=cfg.threads()[0], **fid.as_dict(),
+            row = dict(target=target, file=path.name, threads=cfg.threads()[0], **fid.as_dict(),
                        ratio={n: fid.t(n) / fid.t(1) for n in (2, 4, 8)},
                        plan=plan.as_dict() if plan else None,
                        score=invariance.score(fid, plan) if plan else 0.0)
