@@ -105,6 +105,15 @@ def _sse(resp) -> list[dict]:
     return [json.loads(b[6:]) for b in body.split("\n\n") if b.startswith("data: {")]
 
 
+def _sdk_parses(model: str, d: dict) -> None:
+    """The official client's own types read the answer's logprobs."""
+    types = pytest.importorskip("openai").types
+    for part in model.split("."):
+        types = getattr(types, part)
+    lp = types.model_validate(d).choices[0].logprobs
+    assert lp is not None and (lp.content is not None if hasattr(lp, "content") else lp.tokens is not None)
+
+
 def _check_entry(token: str, logprob: float, tops: list[tuple[str, float]], n: int):
     assert isinstance(token, str) and logprob <= 0.0
     assert len(tops) == n
@@ -144,6 +153,7 @@ def test_chat_logprobs(client, n):
     d = client.post("/v1/chat/completions", json=body).get_json()
     choice = d["choices"][0]
     assert set(choice["logprobs"]) >= {"content"}
+    _sdk_parses("chat.ChatCompletion", d)
     assert _check_chat(choice["logprobs"]["content"], n) == choice["message"]["content"]
     events = _sse(client.post("/v1/chat/completions", json={**body, "stream": True}))
     text, content = "", []
@@ -160,6 +170,7 @@ def test_completion_logprobs(client, n):
     body = {"prompt": PROMPT, "max_tokens": 24, "temperature": 0, "logprobs": n, **EXT}
     d = client.post("/v1/completions", json=body).get_json()
     choice = d["choices"][0]
+    _sdk_parses("Completion", d)
     assert _check_legacy(choice["logprobs"], n, len(PROMPT)) == choice["text"]
     events = _sse(client.post("/v1/completions", json={**body, "stream": True}))
     text, tokens, offsets = "", [], []
