@@ -12,32 +12,15 @@ text and the defaults live in one place.  Typed errors print one line, exit 2.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
 
 from . import models
+from .cliutil import add_dataclass_args, dataclass_from_args  # noqa: F401 - re-exported for callers
 from .errors import OmniDraftError
 
 log = logging.getLogger("omnidraft")
-
-
-def add_dataclass_args(parser: argparse.ArgumentParser, cls) -> None:
-    """One --flag per dataclass field, with the field's help text and default."""
-    for f in dataclasses.fields(cls):
-        flags = ["--" + f.name.replace("_", "-")] + ([f.metadata["short"]] if "short" in f.metadata else [])
-        default = f.default if f.default is not dataclasses.MISSING else None
-        kind = type(default) if default is not None else str
-        helptext = f"{f.metadata.get('help', '')} (default: {default!r})"
-        if kind is bool:
-            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=default, help=helptext)
-        else:
-            parser.add_argument(*flags, type=kind, default=default, help=helptext, dest=f.name)
-
-
-def dataclass_from_args(cls, args: argparse.Namespace):
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 
 
 # ------------------------------------------------------------------ models
@@ -114,6 +97,16 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return doctor.run(args.threads, args.gpu_layers)
 
 
+# ------------------------------------------------------------------- adapt
+def _cmd_adapt(args: argparse.Namespace) -> int:
+    from .adapt import AdaptConfig, run
+    from .session import Settings
+
+    settings = dataclass_from_args(Settings, args)
+    run(dataclass_from_args(AdaptConfig, args), settings, threads=settings.threads)
+    return 0
+
+
 # -------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     from .generator import VERIFICATION_MODES
@@ -170,21 +163,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_extra_commands(sub) -> None:
-    """Subcommands that live in their own modules register here (imported lazily)."""
-    import importlib
+    """Subcommands that live in their own modules.  The server and trainer parts need extras
+    (flask, torch) that a minimal install (Termux) may lack: such a part is left out with a warning."""
+    from .bench import cli as bench_cli
 
-    for modname in ("omnidraft.server.cli", "omnidraft.bench.cli", "omnidraft.trainer.cli"):
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name and modname.startswith(e.name):
-                continue  # that part is not installed
-            log.warning("'%s' commands unavailable: %s", modname.split(".")[1], e)
-            continue
-        except Exception as e:  # noqa: BLE001 - one broken part must not take the whole CLI down
-            log.warning("'%s' commands unavailable: %s", modname.split(".")[1], e)
-            continue
-        mod.register(sub)
+    bench_cli.register(sub)
+    try:
+        from .server import cli as server_cli
+    except ImportError as e:
+        log.warning("'serve' commands unavailable: %s", e)
+    else:
+        server_cli.register(sub)
+    try:
+        from .trainer import cli as trainer_cli
+    except ImportError as e:
+        log.warning("'trainer' commands unavailable: %s", e)
+    else:
+        trainer_cli.register(sub)
+        _add_adapt(sub)  # drives both sides (generation + trainer): an app, not part of the trainer
+
+
+def _add_adapt(sub) -> None:
+    from .session import Settings
+
+    a = sub.add_parser("adapt", help="the whole online loop on a prompt stream, with a held-out curve",
+                       description="Generate with speculation, record, upload, train every --interval prompts, "
+                                   "swap the drafter in, and measure acceptance and tokens per target pass on a "
+                                   "fixed held-out slice (drafting --eval-k tokens per step) after each update, "
+                                   "beside a control (the untrained drafter re-exported the same way); writes "
+                                   "adapt.json and adapt.png.",
+                       epilog="Example: omnidraft adapt --threads 2   (defaults: BENCHMARKS.md section 2)")
+    from .adapt import AdaptConfig
+
+    add_dataclass_args(a, AdaptConfig)
+    add_dataclass_args(a, Settings)
+    a.set_defaults(func=_cmd_adapt)
 
 
 def main(argv: list[str] | None = None) -> int:

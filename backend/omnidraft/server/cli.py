@@ -29,7 +29,7 @@ def _add_config_args(parser: argparse.ArgumentParser, cls) -> None:
 
 
 def register(sub) -> None:
-    from ..cli import add_dataclass_args
+    from ..cliutil import add_dataclass_args
     from ..session import Settings
     from .config import ServerConfig
 
@@ -44,19 +44,8 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_serve)
 
 
-def _optional(module: str, name: str):
-    """An object from a module other engineers own; None (logged) if it is not there yet."""
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        log.error("%s.%s is not available: %s", module, name, e)
-        return None
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ..cli import dataclass_from_args
+    from ..cliutil import dataclass_from_args
     from ..session import Session, Settings
     from .config import ServerConfig
 
@@ -73,19 +62,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"plus the running one and /health: extra requests would wait in waitress's queue, where neither "
               f"429 nor the timeout reaches them. Use at least {cfg.queue_size + 2}, or 0 (auto).", file=sys.stderr)
         return 2
-    registry_cls = _optional("omnidraft.registry", "DrafterRegistry") if cfg.registry else None
-    if cfg.registry and registry_cls is None:
-        print("error: --registry needs omnidraft.registry.DrafterRegistry, which is not installed", file=sys.stderr)
-        return 2
-    record_fns = None
-    if cfg.trainer_url:
-        parts = (_optional("omnidraft.outbox", "Outbox"), _optional("omnidraft.outbox", "Uploader"),
-                 _optional("omnidraft.records", "build_record"))
-        if None in parts:
-            print("error: --trainer-url needs omnidraft.outbox (Outbox, Uploader) and omnidraft.records "
-                  "(build_record)", file=sys.stderr)
-            return 2
-        record_fns = parts
+    from ..outbox import Outbox, Uploader
+    from ..records import build_record
+    from ..registry import DrafterRegistry
+
+    registry_cls = DrafterRegistry if cfg.registry else None
+    record_fns = (Outbox, Uploader, build_record) if cfg.trainer_url else None
 
     session = Session(dataclass_from_args(Settings, args))
     try:

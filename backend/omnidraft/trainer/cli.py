@@ -1,4 +1,7 @@
-"""Subcommands ``trainer serve``, ``drafter list|rollback``, ``adapt`` and ``distill`` (registered by omnidraft.cli)."""
+"""Subcommands ``trainer serve``, ``drafter list|rollback`` and ``distill`` (registered by omnidraft.cli).
+
+The trainer side of the system: nothing here imports serving code (``omnidraft adapt``, which drives both
+sides, lives in ``omnidraft.cli``)."""
 
 from __future__ import annotations
 
@@ -12,9 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
-    from omnidraft.adapt import AdaptConfig
-    from omnidraft.cli import add_dataclass_args
-    from omnidraft.session import Settings
+    from omnidraft.cliutil import add_dataclass_args
 
     from .service import TrainerConfig
 
@@ -36,16 +37,6 @@ def register(sub) -> None:
     d.add_argument("--json", action="store_true", help="list: print JSON")
     d.set_defaults(func=_cmd_drafter)
 
-    a = sub.add_parser("adapt", help="the whole online loop on a prompt stream, with a held-out curve",
-                       description="Generate with speculation, record, upload, train every --interval prompts, "
-                                   "swap the drafter in, and measure acceptance and tokens per target pass on a "
-                                   "fixed held-out slice (drafting --eval-k tokens per step) after each update, "
-                                   "beside a control (the untrained drafter re-exported the same way); writes "
-                                   "adapt.json and adapt.png.",
-                       epilog="Example: omnidraft adapt --threads 2   (defaults: BENCHMARKS.md section 2)")
-    add_dataclass_args(a, AdaptConfig)
-    add_dataclass_args(a, Settings)
-    a.set_defaults(func=_cmd_adapt)
 
     from .distill import register as register_distill
 
@@ -53,7 +44,7 @@ def register(sub) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from omnidraft.cli import dataclass_from_args
+    from omnidraft.cliutil import dataclass_from_args
 
     from .service import Trainer, TrainerConfig, create_app
 
@@ -105,14 +96,4 @@ def _cmd_drafter(args: argparse.Namespace) -> int:
               f"{m.get('records_seen', 0):8d} {m.get('loss_mean') or 0:8.4f} "
               f"{m.get('check', {}).get('rel_error', 0):8.4f}  {acc}")
     print(f"current: {cur[0] if cur else 'base (nothing published)'}  registry: {reg.root}")
-    return 0
-
-
-def _cmd_adapt(args: argparse.Namespace) -> int:
-    from omnidraft.adapt import AdaptConfig, run
-    from omnidraft.cli import dataclass_from_args
-    from omnidraft.session import Settings
-
-    settings = dataclass_from_args(Settings, args)
-    run(dataclass_from_args(AdaptConfig, args), settings, threads=settings.threads)
     return 0

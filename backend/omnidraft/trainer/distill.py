@@ -581,7 +581,7 @@ def plot(histories: dict[str, dict], out: Path) -> Path:
 
 # ---------------------------------------------------------------------- CLI
 def register(sub) -> None:
-    from omnidraft.cli import add_dataclass_args
+    from omnidraft.cliutil import add_dataclass_args
 
     from .distill_data import PrepConfig
 
@@ -614,7 +614,7 @@ def register(sub) -> None:
 
 
 def _cmd_step(args) -> int:
-    from omnidraft.cli import dataclass_from_args
+    from omnidraft.cliutil import dataclass_from_args
 
     cfg = dataclass_from_args(args.distill_cls, args)
     fn = {"PrepConfig": "prepare", "TeacherConfig": "run_teacher", "TrainConfig": "train"}[args.distill_cls.__name__]
