@@ -54,7 +54,7 @@ def test_sampling_distribution_matches_target_probs():
 def test_rejection_approx_accepts_when_p_dominates_q():
     logits = onehot_rows([1, 2, 3]) * 4  # target nearly certain
     rng = np.random.default_rng(0)
-    n, nxt = verify_rejection_approx([1, 2], [0.5, 0.5], [None, None], logits, SamplingParams(1.0), rng)
+    n, nxt = verify_rejection_approx([1, 2], [0.5, 0.5], logits, SamplingParams(1.0), rng)
     assert n == 2 and nxt == 3
-    n, nxt = verify_rejection_approx([4, 2], [0.9, 0.5], [None, None], logits, SamplingParams(1.0), rng)
+    n, nxt = verify_rejection_approx([4, 2], [0.9, 0.5], logits, SamplingParams(1.0), rng)
     assert n == 0 and nxt == 1  # p(4) ~ 0: rejected, resampled from the target

@@ -290,18 +290,6 @@ class Engine:
         ptr = llama_cpp.llama_get_logits(self._ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
 
-    def sync(self, ids: Sequence[int]) -> np.ndarray:
-        """Make the KV cache hold exactly ``ids`` (reusing the common prefix); return last-row logits.
-
-        At least the last token is always re-decoded so its logits are fresh.
-        """
-        if not ids:
-            raise EngineError("sync to an empty sequence")
-        keep = common_prefix(self.tokens, ids)
-        keep = min(keep, len(ids) - 1)
-        self.rollback(keep)
-        return self.decode(ids[keep:], "last")[0]
-
 
 def _rows(logits_for: Sequence[int] | str, n: int) -> list[int]:
     if logits_for == "last":

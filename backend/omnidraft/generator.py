@@ -303,7 +303,7 @@ class Generator:
         if sp.greedy:
             return verify_greedy(cands.ids, logits)
         if params.verification == "approx-rs" and len(cands):
-            return verify_rejection_approx(cands.ids, cands.q, [None] * len(cands), logits, sp, rng)
+            return verify_rejection_approx(cands.ids, cands.q, logits, sp, rng)
         return verify_exact_sampling(cands.ids, logits, sp, uniforms)
 
     @staticmethod

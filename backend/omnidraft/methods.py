@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 
 from .codec import Codec
 from .drafters import Drafter, ModelDrafter, PromptLookupDrafter
@@ -79,6 +78,3 @@ def make_drafter(method: str, pair: PairContext | None) -> Drafter | None:
         raise BadRequest(f"method {method!r} needs a draft model")
     return _FACTORIES[method](pair)
 
-
-def shared_vocab_mask(bridge: VocabBridge) -> np.ndarray:
-    return bridge.d2t != UNMAPPED

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import collections
+
 from dataclasses import dataclass, field
 
 from .predictor import AcceptancePredictor, DraftFeatures
@@ -53,7 +55,7 @@ class DraftPolicy:
         self.steps = 0
         self._last_probe = 0
         self._gap = cfg.probe_every
-        self.chosen: list[int] = []
+        self.chosen: collections.deque[int] = collections.deque(maxlen=4096)  # recent draft lengths only
 
     # ------------------------------------------------------------- decisions
     def choose_k(self, limit: int) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import costmodel, models
@@ -44,10 +44,6 @@ class Settings:
 
     def policy_config(self) -> PolicyConfig:
         return PolicyConfig(name=self.policy, k=self.k, p_min=self.p_min)
-
-
-def settings_fields():
-    return fields(Settings)
 
 
 def load_target(path: Path, settings: Settings, state_dir: Path) -> tuple[Engine, VerifyPlan]:

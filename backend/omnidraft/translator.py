@@ -181,8 +181,8 @@ class OmniTranslator:
     Beyond the paper: the token-level result is checked against the target
     tokenizer's own tokenisation of the same text (with a look-behind window); where
     they differ, the canonical one is used from the first difference on, because a
-    target model almost always continues with canonical tokens.  ``canon_fixes``
-    counts those corrections (the cache learns the merges, so they become rare).
+    target model almost always continues with canonical tokens (the cache learns the merges, so such
+    corrections become rare).
     """
 
     def __init__(self, bridge: VocabBridge, cache: NGramCache, draft_codec: Codec, target_codec: Codec,
@@ -190,7 +190,6 @@ class OmniTranslator:
         self.bridge, self.cache, self.dc, self.tc = bridge, cache, draft_codec, target_codec
         self.look = _LookBehind(target_codec)
         self.canonical_check = canonical_check
-        self.canon_fixes = 0
 
     def begin(self, target_ids: Sequence[int]) -> None:
         self.look.reset(target_ids)
@@ -206,7 +205,6 @@ class OmniTranslator:
         if self.canonical_check and ids:
             canon = self.look.canonical(self.dc.decode(ids))
             if canon != c.ids:
-                self.canon_fixes += 1
                 same = common_prefix(canon, c.ids)
                 c = c.truncate(same)
                 for tid, span, q in _label(canon, ids, probs, self.dc, self.tc)[same:]:

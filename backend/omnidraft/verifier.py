@@ -90,24 +90,20 @@ def verify_exact_sampling(candidates: Sequence[int], logits: np.ndarray, p: Samp
     return n, sample_token(logits[n], p, uniforms[n])
 
 
-def verify_rejection_approx(candidates: Sequence[int], q_candidates: Sequence[float],
-                            q_rows: Sequence[np.ndarray | None], logits: np.ndarray, p: SamplingParams,
-                            rng: np.random.Generator) -> tuple[int, int]:
+def verify_rejection_approx(candidates: Sequence[int], q_candidates: Sequence[float], logits: np.ndarray,
+                            p: SamplingParams, rng: np.random.Generator) -> tuple[int, int]:
     """APPROXIMATE (the paper's): accept c_i with min(1, p(c_i) / q'(c_i)).
 
-    ``q_candidates[i]`` is q' of candidate i (product of its drafter sub-token probabilities);
-    ``q_rows[i]`` is the drafter distribution scattered onto target ids (None when unknown),
-    used for the residual max(0, p - q) on rejection.
+    ``q_candidates[i]`` is q' of candidate i (product of its drafter sub-token probabilities).  On a
+    rejection the next token is drawn from the target's own distribution: the drafter's distribution
+    over target ids is not known across vocabularies, so there is no residual max(0, p - q) to take.
     """
     for i, c in enumerate(candidates):
         probs = target_probs(logits[i], p)
         q = max(float(q_candidates[i]), 1e-12)
         if rng.random() < min(1.0, probs[c] / q):
             continue
-        resid = probs if q_rows[i] is None else np.maximum(probs - q_rows[i], 0.0)
-        if resid.sum() <= 0:
-            resid = probs
-        return i, sample_with(resid / resid.sum(), rng.random())
+        return i, sample_with(probs, rng.random())
     n = len(candidates)
     return n, sample_with(target_probs(logits[n], p), rng.random())
 
