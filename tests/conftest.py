@@ -33,7 +33,9 @@ def default_session(tmp_path_factory):
     """The real default pair (SmolLM2-135M -> Qwen2.5-Coder-0.5B), 2 threads, private state dir."""
     from omnidraft.session import Session, Settings
 
-    s = Session(Settings(threads=2, n_ctx=2048, draft_n_ctx=2048,
-                         state_dir=str(tmp_path_factory.mktemp("state"))))
+    from tests.serve_helpers import seed_state
+
+    state = seed_state(tmp_path_factory.mktemp("state"))
+    s = Session(Settings(threads=2, n_ctx=2048, draft_n_ctx=2048, state_dir=str(state)))
     yield s
     s.close()

@@ -24,6 +24,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def seed_state(state: Path) -> Path:
+    """Copy what start-up measures once per machine (kernel fidelity, cost model) from the user's state
+    dir into a test's private one, so each test does not pay the measurement again."""
+    state.mkdir(parents=True, exist_ok=True)
+    for name in ("invariance.json", "costmodel.json"):
+        known = models.cache_dir() / "state" / name
+        if known.exists() and not (state / name).exists():
+            shutil.copy(known, state / name)
+    return state
+
+
 @contextlib.contextmanager
 def serve_process(tmp_path: Path, *extra: str, ready_s: float = 180.0):
     """`omnidraft serve` on a free loopback port, private state dir; yields the base URL."""
@@ -32,9 +43,7 @@ def serve_process(tmp_path: Path, *extra: str, ready_s: float = 180.0):
             pytest.skip(f"{name} not downloaded (make test pulls it)")
     state = tmp_path / "state"
     state.mkdir(parents=True, exist_ok=True)
-    known = models.cache_dir() / "state" / "invariance.json"  # skip re-measuring the verify batch
-    if known.exists():
-        shutil.copy(known, state / "invariance.json")
+    seed_state(state)
     port = free_port()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from tests.serve_helpers import seed_state
+
 
 def run(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "omnidraft.cli", *args], capture_output=True, text=True,
@@ -14,7 +16,7 @@ def run(*args, timeout=300):
 def test_generate_prints_code_and_a_summary_for_a_humaneval_style_prompt(tmp_path):
     prompt = 'def is_even(n: int) -> bool:\n    """Return True if n is even."""\n'
     r = run("generate", "--max-tokens", "32", "--threads", "2", "--policy", "fixed", "-k", "3",
-            "--state-dir", str(tmp_path), prompt)
+            "--state-dir", str(seed_state(tmp_path)), prompt)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "return" in r.stdout and "%" in r.stdout  # n % 2
     summary = r.stderr.strip().splitlines()[-1]
@@ -25,7 +27,7 @@ def test_generate_json_reports_statistics(tmp_path):
     import json
 
     r = run("generate", "--json", "--chat", "--max-tokens", "16", "--threads", "2", "--method", "tli",
-            "--policy", "fixed", "--state-dir", str(tmp_path), "Say hello.")
+            "--policy", "fixed", "--state-dir", str(seed_state(tmp_path)), "Say hello.")
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
     assert out["stats"]["method"] == "tli" and out["stats"]["target_passes"] >= 1

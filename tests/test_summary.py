@@ -9,6 +9,8 @@ import pytest
 from omnidraft.generator import GenerationStats
 from omnidraft.policy import DraftPolicy, PolicyConfig
 
+from tests.serve_helpers import seed_state
+
 
 def cost_policy(t1: float, tn: float, t_draft: float, acc: float) -> DraftPolicy:
     """A cost policy with a measured T(1), T(n) = tn for n = 2..5, drafter time per token and acceptance."""
@@ -56,7 +58,7 @@ def test_generate_prints_how_many_tokens_were_drafted_and_why(tmp_path):
     """The real default pair under the default cost policy."""
     prompt = "Write a Python function that adds two numbers."
     r = subprocess.run([sys.executable, "-m", "omnidraft.cli", "generate", "--chat", "--max-tokens", "24",
-                        "--threads", "2", "--state-dir", str(tmp_path), prompt],
+                        "--threads", "2", "--state-dir", str(seed_state(tmp_path)), prompt],
                        capture_output=True, text=True, timeout=600)  # start-up measures the machine
     assert r.returncode == 0, r.stderr[-2000:]
     line = r.stderr.strip().splitlines()[-1]
