@@ -46,8 +46,9 @@ def register(sub) -> None:
     r.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
     r.add_argument("--kernels", default="auto", choices=("auto", "exact", "fast"),
                    help="target kernel mode (auto: the fastest one allowed to verify; see README)")
-    r.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run plain llama-cpp-python (Llama.create_completion) on the same GGUF")
+    r.add_argument("--peer", action=argparse.BooleanOptionalAction, default=False,
+                   help="also run plain llama-cpp-python (Llama.create_completion, its default settings) on "
+                        "the same GGUF: the peer a user would pick")
     r.add_argument("--out", default="results", help="directory for JSON, markdown and PNG outputs")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)

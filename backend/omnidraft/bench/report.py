@@ -33,6 +33,10 @@ def write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
+def _same(v) -> str:
+    return "n/a" if v is None else ("yes" if v else "NO")
+
+
 def results_table(results: dict[str, dict]) -> str:
     head = ("| config | accept | tau (tok/pass) | tok/s | speedup | predicted | meas/pred | n-gram hits/step "
             "| draft / verify / translate / python | same output |")
@@ -44,7 +48,7 @@ def results_table(results: dict[str, dict]) -> str:
             f"{r.get('speedup', 1.0):.2f}x | {r.get('predicted_speedup', 1.0):.2f}x | "
             f"{r.get('measured_over_predicted', 1.0):.2f} | {r['ngram_hits_per_step']:.2f} | "
             f"{share['draft']:.0%} / {share['verify']:.0%} / {share['translate']:.0%} / {share['python']:.0%} | "
-            f"{'yes' if r.get('same_output_as_target', True) else 'NO'} |")
+            f"{_same(r.get('same_output_as_target', True))} |")
     return "\n".join(lines)
 
 

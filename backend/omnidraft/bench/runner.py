@@ -194,6 +194,8 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
     out = {c.label: tallies[c.label].summary(base, ctx.cost_for(c)) for c in configs}
     for c in configs:
         out[c.label].update(method=c.method, k=c.k, policy=c.policy)
+        if c.method == PEER:  # its own kernels and sampler: same text is not promised, and tokens are not kept
+            out[c.label]["same_output_as_target"] = None
         if c.policy != "fixed" and c.method not in ("target", PEER):
             out[c.label]["policy_stats"] = gens[c.label].policy.stats()
     return out

@@ -89,7 +89,7 @@ def parse_configs(spec: str):
 
 
 def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, configs: str, threads: int,
-             progress: bool = True) -> dict:
+             progress: bool = True, kernels: str = "auto") -> dict:
     """Per set and configuration (interleaved per prompt): tokens/s, the accepted-draft counts of every step
     and, for fixed-k runs, tau/acceptance at 1..k; speedups against `target` when it is among them."""
     from tqdm import tqdm
@@ -99,7 +99,7 @@ def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, 
     from omnidraft.session import Session, Settings
 
     cfgs = parse_configs(configs)
-    session = Session(Settings(target=target, draft=draft, threads=threads, method="omnidraft"))
+    session = Session(Settings(target=target, draft=draft, threads=threads, method="omnidraft", kernels=kernels))
     ctx = BenchContext(session)
     out = {}
     try:
@@ -149,6 +149,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--configs", default="6", help="target, fixed draft lengths (digits) and/or cost")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kernels", default="auto", help="target kernels (exact: verification batches up to 7, so "
+                                                    "k = 6 is really drafted; fast/auto may cap it lower)")
     ap.add_argument("--no-tdraft", action="store_true", help="skip timing the drafter")
     ap.add_argument("--out", default="results/distill-eval.json")
     ap.add_argument("--timing", action="store_true", help="only T_draft of the drafters and T_verify of the target")
@@ -160,11 +162,12 @@ def main(argv=None) -> int:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(res, indent=1))
         return 0
-    res = {"target": a.target, "configs": a.configs, "n": a.n, "max_tokens": a.max_tokens, "threads": a.threads,
+    res = {"target": a.target, "configs": a.configs, "kernels": a.kernels, "n": a.n, "max_tokens": a.max_tokens, "threads": a.threads,
            "when": time.strftime("%Y-%m-%d %H:%M:%S"), "drafts": {}}
     for d in [x for x in a.drafts.split(",") if x]:
         res["drafts"][d] = {"t_draft_ms": None if a.no_tdraft else 1e3 * t_draft(d, a.threads),
-                            "sets": run_sets(d, a.target, a.sets.split(","), a.n, a.max_tokens, a.configs, a.threads)}
+                            "sets": run_sets(d, a.target, a.sets.split(","), a.n, a.max_tokens, a.configs, a.threads,
+                                             kernels=a.kernels)}
         print(d, json.dumps(res["drafts"][d]), flush=True)
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(res, indent=1))
