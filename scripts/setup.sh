@@ -11,7 +11,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 STAMP="$VENV/.omnidraft-setup"
-WANT="$(cat pyproject.toml scripts/constraints.txt scripts/setup.sh backend/omnidraft/llama_build.py backend/omnidraft/buildprobe.py | sha256sum | cut -d' ' -f1)"
+# The CPU's feature flags are part of the stamp: a venv carried to another CPU (an AMD build on an AMX
+# Xeon, say) runs setup again, so the build probe below checks the build before any generation does.
+WANT="$( (cat pyproject.toml scripts/constraints.txt scripts/setup.sh backend/omnidraft/llama_build.py \
+          backend/omnidraft/buildprobe.py; grep -m1 '^flags' /proc/cpuinfo 2>/dev/null) | sha256sum | cut -d' ' -f1)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   echo "[setup] environment up to date ($VENV)"
   exit 0

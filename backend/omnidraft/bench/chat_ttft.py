@@ -50,6 +50,7 @@ def first_token_s(gen, messages: list[dict], reuse: bool) -> tuple[float, int, i
 
 
 def run(target: str, n: int, turns: int, threads: int) -> dict:
+    from ..generator import GenerationParams
     from ..session import Session, Settings
 
     session = Session(Settings(target=target, method="target", threads=threads, n_ctx=4096))
@@ -66,16 +67,11 @@ def run(target: str, n: int, turns: int, threads: int) -> dict:
                                      reused_tokens=kept))
                     # the app then generates the answer; here the dataset's answer stands in for it
                     if mode == "reused" and t < turns:
-                        gen.generate(gen.prompt_from_messages(conv[: 2 * t]), _params(reuse=True))
+                        gen.generate(gen.prompt_from_messages(conv[: 2 * t]),
+                                     GenerationParams(max_tokens=1, reuse_prefix=True))
     finally:
         session.close()
     return {"target": target, "threads": threads, "turns": turns, "rows": rows, "table": table(rows, turns)}
-
-
-def _params(reuse: bool):
-    from ..generator import GenerationParams
-
-    return GenerationParams(max_tokens=1, reuse_prefix=reuse)
 
 
 def table(rows: list[dict], turns: int) -> list[dict]:
