@@ -68,15 +68,15 @@ def load_target(path: Path, settings: Settings, state_dir: Path) -> tuple[Engine
                 if len(modes) > 1:
                     engines.pop(m).close()  # one model in memory at a time
         plans = {m: invariance.plan_for(fids[m]) for m in modes}
-        allowed = [m for m in modes if plans[m] is not None] or ["exact"]
-        if "exact" not in plans:
+        allowed = [m for m in modes if plans[m] is not None]
+        if allowed:
+            mode = max(allowed, key=lambda m: invariance.score(fids[m], plans[m]))
+        else:  # only 'fast' was asked for, and it may not verify
             log.warning("fast kernels change %s's decisions (%d argmax flips, max |difference| %.3g): using exact",
                         path.name, fids["fast"].flips, fids["fast"].bound)
-            fids["exact"] = None
-            plans["exact"] = None
-        mode = max(allowed, key=lambda m: invariance.score(fids[m], plans[m]) if plans[m] else 0.0)
+            mode = "exact"
         engine = engines.pop(mode, None) or Engine(path, cfg[mode])
-        plan = plans[mode] or invariance.plan_for(invariance.cached_measure(engine, cache))
+        plan = plans.get(mode) or invariance.plan_for(invariance.cached_measure(engine, cache))
     finally:
         for e in engines.values():
             e.close()
