@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from omnidraft.policy import DraftPolicy, PolicyConfig
+from omnidraft.policy import DraftPolicy, PolicyConfig, StepOutcome
 from omnidraft.predictor import AcceptancePredictor, DraftFeatures
 
 
@@ -71,7 +71,7 @@ def test_cost_policy_stops_drafting_when_speculation_cannot_pay():
     assert all(pol.choose_k(10) == 0 for _ in range(200))  # not even probes: it cannot pay at 100 %
     # the live single-token pass gets slower as the context grows; untimed batch sizes follow it
     for _ in range(50):
-        pol.observe(0, 0, 0.025, 0.0, 0)
+        pol.observe(StepOutcome(0, 0, verify_s=0.025))
     assert pol.t_verify[3] == pytest.approx(0.06 * pol.t_verify[1] / 0.02)
     assert pol.ceiling(4) < 1.0 and pol.choose_k(10) == 0
     # cheap verification but a drafter that is never accepted: only back-off probes
@@ -80,7 +80,7 @@ def test_cost_policy_stops_drafting_when_speculation_cannot_pay():
     for _ in range(300):
         k = pol.choose_k(10)
         if k:
-            pol.observe(k, 0, 0.02 + 0.004 * (k + 1), 0.004 * k, k)
+            pol.observe(StepOutcome(k, 0, drafted=k, verify_s=0.02 + 0.004 * (k + 1), draft_s=0.004 * k))
     probes = sum(1 for k in pol.chosen if k > 0)
     assert 0 < probes <= 16
     # ... and drafts when verification is nearly free (a GPU- or phone-like cost model)
@@ -92,7 +92,8 @@ def test_cost_policy_stops_drafting_when_speculation_cannot_pay():
 def test_gamma_policy_stops_when_cumulative_rejection_risk_exceeds_gamma():
     pol = DraftPolicy(PolicyConfig(name="gamma", k=8, gamma=0.5))
     pol.choose_k(8)
+    stop = pol.stop_rule()  # this step's
     confident = DraftFeatures(0, 0, 0.99, 0.05, 0.98)
     unsure = DraftFeatures(1, 1, 0.2, 2.0, 0.05)
-    assert pol.keep_going(0, confident)
-    assert not pol.keep_going(1, unsure)
+    assert stop.keep_going(0, confident)
+    assert not stop.keep_going(1, unsure)

@@ -33,13 +33,19 @@ class CostModel:
             return 1.0
         tokens = sum(acceptance ** i for i in range(k + 1))  # 1 + a + a^2 + ... + a^k
         cost = self.t_verify.get(k + 1, self.t_verify[max(self.t_verify)]) + k * self.t_draft
-        return (tokens / cost) / (1.0 / self.t_verify[1])
+        return speedup(tokens, cost, self.t_verify[1])
 
     def draft_table(self) -> dict[int, float]:
         return self.t_draft_n or ({1: self.t_draft} if self.t_draft else {})
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def speedup(tokens: float, seconds: float, t1: float) -> float:
+    """Speedup of producing ``tokens`` in ``seconds`` over the target alone, one token per ``t1`` seconds
+    (the one formula the policy, the benchmark runner and the projection share); 0 for no time."""
+    return tokens * t1 / seconds if seconds else 0.0
 
 
 def t_of(table: dict[int, float], n: int) -> float:

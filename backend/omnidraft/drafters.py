@@ -1,14 +1,15 @@
 """Drafters behind one narrow protocol: begin / draft / accept / stats.
 
-New drafters are composed (a model engine + a translator), not subclassed, and
-registered by method name in ``methods.py``.
+``draft(k, stop)`` returns one plain value, a ``Draft``: the candidates, what the drafter knew about
+each token it drafted, and what drafting cost.  New drafters are composed (a model engine + a
+translator), not subclassed, and registered by method name in ``methods.py``.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from .seq import common_prefix
 from .codec import Codec
 from .engine import Engine
 from .errors import ContextOverflow
+from .policy import StopRule
 from .predictor import DraftFeatures
 from .translator import LOOKUP, Candidates, Proposal, Translator
 
@@ -40,35 +42,45 @@ class PromptInput:
         return chat.tokenize(engine, self.text.decode("utf-8"), self.plain, engine.add_bos)
 
 
-@dataclass
-class DraftCounters:
-    drafts: int = 0
-    drafted_tokens: int = 0  # drafter tokens produced
-    proposed: int = 0  # target candidates handed to the verifier
-    accepted: int = 0
+@dataclass(frozen=True)
+class Draft:
+    """One drafting call's result: what the target verifies, and what it cost."""
+
+    candidates: Candidates = field(default_factory=Candidates)
+    features: tuple[DraftFeatures, ...] = ()  # one per drafted token (model drafters), for the policy
+    drafted: int = 0  # drafter tokens produced (can differ from the candidates across vocabularies)
     draft_s: float = 0.0
     translate_s: float = 0.0
-    per_position_proposed: list[int] = field(default_factory=lambda: [0] * 16)
-    per_position_accepted: list[int] = field(default_factory=lambda: [0] * 16)
+
+    def judged(self, cands: Candidates, n_accepted: int) -> tuple[tuple[DraftFeatures, ...], int]:
+        """(features of the drafted tokens the target judged, how many of them it accepted), given the
+        candidates it verified (``cands``: these or a prefix) and how many it kept.  Tokens after the
+        first rejection were never judged; with every candidate kept, neither were those after them."""
+        acc = min(cands.drafted_accepted(n_accepted), len(self.features))
+        return (self.features if n_accepted < len(cands) else self.features[:acc]), acc
+
+
+@dataclass
+class DraftCounters:
+    """Per drafter, over its life: its own counts (the generator's statistics count the steps)."""
+
+    drafts: int = 0
+    drafted_tokens: int = 0  # drafter tokens produced
+    draft_s: float = 0.0
+    translate_s: float = 0.0
     # drafter decodes by tokens fed: the first of a step also ingests the target's last tokens,
     # so it costs more than a one-token decode; the cost model prices each size separately
     pass_hist: dict[int, int] = field(default_factory=dict)
 
-    def record_pass(self, n_tokens: int) -> None:
-        self.pass_hist[n_tokens] = self.pass_hist.get(n_tokens, 0) + 1
-
-    def record(self, proposed: int, accepted: int) -> None:
-        self.proposed += proposed
-        self.accepted += accepted
-        for i in range(min(proposed, 16)):
-            self.per_position_proposed[i] += 1
-            self.per_position_accepted[i] += i < accepted
+    def add(self, d: Draft) -> Draft:
+        self.drafts += 1
+        self.drafted_tokens += d.drafted
+        self.draft_s += d.draft_s
+        self.translate_s += d.translate_s
+        return d
 
     def as_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["pass_hist"] = dict(self.pass_hist)
-        d["acceptance_rate"] = self.accepted / self.proposed if self.proposed else 0.0
-        return d
+        return {**self.__dict__, "pass_hist": dict(self.pass_hist)}
 
 
 class Drafter(Protocol):
@@ -78,16 +90,14 @@ class Drafter(Protocol):
     def begin(self, prompt: PromptInput) -> None:
         """Start a new request with this prompt."""
 
-    def draft(self, k: int, keep_going: Callable[[int, DraftFeatures], bool]) -> Candidates:
-        """Propose up to k target candidates; ``keep_going(depth, features)`` may stop early.
-
-        The candidates carry ``draft_features``: one DraftFeatures per drafted token."""
+    def draft(self, k: int, stop: StopRule) -> Draft:
+        """Propose up to k drafter tokens as target candidates; ``stop.keep_going(depth, features)`` may end early."""
 
     def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
         """The target kept n_accepted candidates and appended new_target_ids (spelling new_bytes)."""
 
     def stats(self) -> dict:
-        """Counters for metrics, the policy and the trainer."""
+        """Counters for metrics and benchmarks."""
 
 
 class ModelDrafter:
@@ -125,21 +135,19 @@ class ModelDrafter:
         ids = prompt.tokenize(e)
         return ids or [e.bos_id if e.bos_id >= 0 else 0]
 
-    def draft(self, k: int, keep_going: Callable[[int, DraftFeatures], bool]) -> Candidates:
+    def draft(self, k: int, stop: StopRule) -> Draft:
         if self.disabled or k <= 0:
-            return Candidates()
-        self._sync()
+            return Draft()
+        t_sync = self._sync()
         t0 = time.perf_counter()
         todo = self.ctx[len(self.engine.tokens):]
         ids: list[int] = []
         probs: list[float] = []
         feats: list[DraftFeatures] = []
-        flags = getattr(self.translator, "token_flags", None)
-        c = self.counters
         try:
             for depth in range(k):
                 row = self.engine.decode(todo, "last")[0]
-                c.record_pass(len(todo))
+                self.counters.pass_hist[len(todo)] = self.counters.pass_hist.get(len(todo), 0) + 1
                 if self._bias is not None:
                     row = row + self._bias
                 d = int(np.argmax(row))
@@ -148,10 +156,9 @@ class ModelDrafter:
                 f = DraftFeatures.from_row(row, d, depth)
                 ids.append(d)
                 probs.append(f.p_top1)
-                if flags is not None:
-                    f.ngram, f.direct = flags(ids)
+                f.ngram, f.direct = self.translator.token_flags(ids)
                 feats.append(f)
-                if d in self._eog or not keep_going(depth, f):
+                if d in self._eog or not stop.keep_going(depth, f):
                     break
                 todo = [d]
         except ContextOverflow:
@@ -159,13 +166,8 @@ class ModelDrafter:
         t1 = time.perf_counter()
         self.last = Proposal(ids, probs)
         cands = self.translator.translate(self.last)
-        cands.draft_features = feats
         t2 = time.perf_counter()
-        c.drafts += 1
-        c.drafted_tokens += len(ids)
-        c.draft_s += t1 - t0
-        c.translate_s += t2 - t1
-        return cands
+        return self.counters.add(Draft(cands, tuple(feats), len(ids), t1 - t0, t_sync + t2 - t1))
 
     def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
         # Text the target wrote while the drafter sat idle is only queued: when the policy
@@ -173,12 +175,12 @@ class ModelDrafter:
         self._queued_ids.extend(new_target_ids)
         self._queued_bytes += new_bytes
         if self.last.ids:
-            self._sync()
+            self.counters.translate_s += self._sync()
 
-    def _sync(self) -> None:
-        """Bring the drafter's context up to the target's text; the one rollback per step."""
+    def _sync(self) -> float:
+        """Bring the drafter's context up to the target's text; the one rollback per step.  Returns its seconds."""
         if not self._queued_ids and not self.last.ids:
-            return
+            return 0.0
         t0 = time.perf_counter()
         new_ids, new_bytes = self._queued_ids, self._queued_bytes
         self._queued_ids, self._queued_bytes = [], b""
@@ -195,7 +197,7 @@ class ModelDrafter:
         keep = min(common_prefix(self.engine.tokens, self.ctx), len(self.ctx) - 1)
         self.engine.rollback(keep)
         self.last = Proposal([], [])
-        self.counters.translate_s += time.perf_counter() - t0
+        return time.perf_counter() - t0
 
     def stats(self) -> dict:
         return {"name": self.name, **self.counters.as_dict()}
@@ -212,15 +214,13 @@ class PromptLookupDrafter:
     def begin(self, prompt: PromptInput) -> None:
         self.tokens = list(prompt.target_ids)
 
-    def draft(self, k: int, keep_going: Callable[[int, DraftFeatures], bool]) -> Candidates:
+    def draft(self, k: int, stop: StopRule) -> Draft:
         t0 = time.perf_counter()
         found = prompt_lookup(self.tokens, k, self.max_ngram, self.min_ngram)
         c = Candidates()
         for i, t in enumerate(found):
             c.add(t, LOOKUP, (i, i + 1), 1.0)
-        self.counters.drafts += 1
-        self.counters.draft_s += time.perf_counter() - t0
-        return c
+        return self.counters.add(Draft(c, draft_s=time.perf_counter() - t0))
 
     def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
         self.tokens.extend(new_target_ids)

@@ -16,11 +16,11 @@ from typing import Iterator
 import numpy as np
 
 from . import chat
-from .drafters import Drafter, PromptInput
+from .drafters import Draft, Drafter, PromptInput
 from .engine import Engine
 from .seq import common_prefix
 from .errors import BadRequest, ContextOverflow
-from .policy import DraftPolicy, PolicyConfig
+from .policy import DraftPolicy, PolicyConfig, StepOutcome
 from .textstream import Chunk, TextStream
 from .translator import NGRAM, Candidates
 from .verifier import (SamplingParams, first_uncertain_row, sample_token, verify_exact_sampling, verify_greedy,
@@ -255,48 +255,47 @@ class Generator:
 
     def _step(self, t_prev: int, n_out: int, max_new: int, params: GenerationParams, sp: SamplingParams,
               uniforms: np.ndarray, rng: np.random.Generator) -> tuple[StepRecord, list[int]]:
+        """One speculative step: draft -> verify in one target pass -> guard -> rollback -> observe -> record."""
         t = self.target
         s0 = time.perf_counter()
         limit = min(max_new - n_out - 1, t.n_ctx - t.n_past - 2, self.max_verify_batch - 1)
-        cands, d_s, tr_s, drafted = Candidates(), 0.0, 0.0, 0
-        if self.drafter is not None and limit > 0:
-            k = self.policy.choose_k(limit)
-            if k > 0:
-                before = (self.drafter.counters.draft_s, self.drafter.counters.translate_s,
-                          self.drafter.counters.drafted_tokens)
-                cands = self.drafter.draft(k, self.policy.keep_going).truncate(limit)
-                c = self.drafter.counters
-                d_s, tr_s, drafted = c.draft_s - before[0], c.translate_s - before[1], c.drafted_tokens - before[2]
+        draft = self._draft(limit)
+        cands = draft.candidates.truncate(limit)
         v0 = time.perf_counter()
         base = t.n_past
         logits = t.decode([t_prev] + cands.ids, "all")
         n_acc, nxt = self._verify(cands, logits, params, sp, uniforms[n_out:], rng)
-        redecoded = False
-        if self.guard > 0 and len(cands) and params.verification == "exact":
-            j = first_uncertain_row(logits[:n_acc + 1], sp, uniforms[n_out:], self.guard)
-            if j is not None:  # rows before j decide as the target alone would; row j is decided alone
-                logits = logits[:j + 1].copy()  # the next decode reuses llama.cpp's buffer
-                t.rollback(base + j)
-                logits[j] = t.decode(([t_prev] + cands.ids)[j:j + 1], "last")[0]
-                n_acc, nxt, redecoded = j, sample_token(logits[j], sp, uniforms[n_out + j]), True
+        j = self._guarded_row(cands, logits, n_acc, params, sp, uniforms[n_out:])
+        if j is not None:  # rows before j decide as the target alone would; row j is decided alone
+            logits = logits[:j + 1].copy()  # the next decode reuses llama.cpp's buffer
+            t.rollback(base + j)
+            logits[j] = t.decode(([t_prev] + cands.ids)[j:j + 1], "last")[0]
+            n_acc, nxt = j, sample_token(logits[j], sp, uniforms[n_out + j])
         t.rollback(base + 1 + n_acc)  # keep t_prev and the accepted candidates; nxt is decoded next step
         v_s = time.perf_counter() - v0
         new = cands.ids[:n_acc] + [nxt]
-        if self.drafter is not None:
-            self.drafter.counters.record(len(cands), n_acc)
-        self.policy.observe(len(cands), n_acc, v_s, d_s, drafted)
-        if cands.draft_features:
-            acc_d = min(cands.drafted_accepted(n_acc), len(cands.draft_features))
-            # all candidates kept: the drafter tokens after them (if any) were never judged
-            judged = cands.draft_features if n_acc < len(cands) else cands.draft_features[:acc_d]
-            self.policy.observe_draft(judged, acc_d)
+        judged, judged_acc = draft.judged(cands, n_acc)
+        self.policy.observe(StepOutcome(len(cands), n_acc, draft.drafted, v_s, draft.draft_s, judged, judged_acc))
         ng = [k == NGRAM for k in cands.kinds]
         topk = [_topk(logits[i], params.record_topk) for i in range(n_acc + 1)] if params.record_topk else []
         lps = [] if params.logprobs is None else [_logprob(t, logits[i], tok, params.logprobs)
                                                   for i, tok in enumerate(new)]
-        rec = StepRecord(len(cands), n_acc, drafted, sum(ng), sum(ng[:n_acc]), new, d_s, tr_s, v_s,
-                         time.perf_counter() - s0, topk, redecoded, lps)
+        rec = StepRecord(len(cands), n_acc, draft.drafted, sum(ng), sum(ng[:n_acc]), new, draft.draft_s,
+                         draft.translate_s, v_s, time.perf_counter() - s0, topk, j is not None, lps)
         return rec, new
+
+    def _draft(self, limit: int) -> Draft:
+        """The policy's draft length, drafted (an empty Draft when the target goes alone this step)."""
+        k = self.policy.choose_k(limit) if self.drafter is not None and limit > 0 else 0
+        return self.drafter.draft(k, self.policy.stop_rule()) if k > 0 else Draft()
+
+    def _guarded_row(self, cands: Candidates, logits: np.ndarray, n_acc: int, params: GenerationParams,
+                     sp: SamplingParams, uniforms: np.ndarray) -> int | None:
+        """With a near-tie guard (kernels whose batched logits are only within a bound of one-token
+        decoding): the first row whose decision such an error could change, else None."""
+        if self.guard > 0 and len(cands) and params.verification == "exact":
+            return first_uncertain_row(logits[:n_acc + 1], sp, uniforms, self.guard)
+        return None
 
     def _verify(self, cands: Candidates, logits: np.ndarray, params: GenerationParams, sp: SamplingParams,
                 uniforms: np.ndarray, rng: np.random.Generator) -> tuple[int, int]:

@@ -15,9 +15,10 @@
 from __future__ import annotations
 
 import collections
-
 from dataclasses import dataclass, field
+from typing import Callable
 
+from .costmodel import speedup
 from .predictor import AcceptancePredictor, DraftFeatures
 
 POLICIES = ("fixed", "threshold", "gamma", "cost")
@@ -32,6 +33,52 @@ class PolicyConfig:
     gamma: float = field(default=0.6, metadata={"help": "gamma policy: stop when 1 - prod(P_i) exceeds this"})
 
 
+@dataclass(frozen=True)
+class StepOutcome:
+    """What the policy learns from one verified step (Generator._step hands it over once)."""
+
+    proposed: int  # candidates the target verified
+    accepted: int
+    drafted: int = 0  # drafter tokens produced
+    verify_s: float = 0.0
+    draft_s: float = 0.0
+    judged: tuple[DraftFeatures, ...] = ()  # features of the drafted tokens the target judged
+    judged_accepted: int = 0  # how many of those it accepted
+
+
+class StopRule:
+    """One step's early stop, handed to the drafter: ``keep_going(depth, features)`` after each drafted token.
+
+    Built by ``DraftPolicy.stop_rule()`` from what the policy knows at the start of the step (its rule,
+    the predictor, the measured pass times); it keeps only this step's running products."""
+
+    def __init__(self, cfg: PolicyConfig, predict: Callable[[DraftFeatures], float], t_verify: tuple[float, ...],
+                 timed: tuple[bool, ...], t_draft: float):
+        self.cfg, self.predict, self.t_verify, self.timed, self.t_draft = cfg, predict, t_verify, timed, t_draft
+        self.reach = 1.0  # prod of predicted P_i over the tokens drafted so far in this step
+        self.expected = 1.0  # 1 + sum of reaches: expected target tokens of this step
+
+    def keep_going(self, depth: int, f: DraftFeatures) -> bool:
+        """After drafting the token at ``depth`` (0-based): draft another one?"""
+        name = self.cfg.name
+        if name == "fixed":
+            return True
+        if name == "threshold":
+            return f.p_top1 >= self.cfg.p_min
+        p = self.predict(f)
+        self.reach *= p
+        self.expected += self.reach
+        if name == "gamma":
+            return 1.0 - self.reach <= self.cfg.gamma
+        # cost: is one more token (assumed as likely as this one) worth its draft and verify time?
+        n = depth + 1
+        if n + 2 >= len(self.t_verify) or not self.timed[n + 2] or not self.timed[n + 1]:
+            return f.p_top1 >= self.cfg.p_min  # no timing for a longer batch yet: confidence rule
+        now = self.expected / (self.t_verify[n + 1] + n * self.t_draft)
+        more = (self.expected + self.reach * p) / (self.t_verify[n + 2] + (n + 1) * self.t_draft)
+        return more > now
+
+
 class DraftPolicy:
     def __init__(self, cfg: PolicyConfig, predictor: AcceptancePredictor | None = None):
         if cfg.name not in POLICIES:
@@ -40,8 +87,6 @@ class DraftPolicy:
             raise ValueError("k must be >= 0")
         self.cfg = cfg
         self.predictor = predictor or AcceptancePredictor()
-        self._reach = 1.0  # prod of predicted P_i over the tokens drafted so far in this step
-        self._expected = 1.0  # 1 + sum of reaches: expected target tokens of this step
         self.lengths: dict[int, int] = {}  # drafted-token count per step -> steps
         n = cfg.k + 2
         self.t_verify = [0.0] * (n + 1)  # EMA seconds of a target pass of n tokens
@@ -60,7 +105,6 @@ class DraftPolicy:
     # ------------------------------------------------------------- decisions
     def choose_k(self, limit: int) -> int:
         self.steps += 1
-        self._reach, self._expected = 1.0, 1.0
         k = min(self.cfg.k, limit)
         if self.cfg.name != "cost" or k <= 0 or not self._calibrated():
             return max(k, 0)
@@ -75,34 +119,23 @@ class DraftPolicy:
             best, self._last_probe, self._gap = 1, self.steps, min(self._gap * 2, 1024)
         return best
 
-    def keep_going(self, depth: int, f: DraftFeatures) -> bool:
-        """After drafting the token at ``depth`` (0-based): draft another one?"""
-        name = self.cfg.name
-        if name == "fixed":
-            return True
-        if name == "threshold":
-            return f.p_top1 >= self.cfg.p_min
-        p = self.predictor.predict(f)
-        self._reach *= p
-        self._expected += self._reach
-        if name == "gamma":
-            return 1.0 - self._reach <= self.cfg.gamma
-        # cost: is one more token (assumed as likely as this one) worth its draft and verify time?
-        n = depth + 1
-        if n + 2 >= len(self.t_verify) or not self.n_verify[n + 2] or not self.n_verify[n + 1]:
-            return f.p_top1 >= self.cfg.p_min  # no timing for a longer batch yet: confidence rule
-        now = self._expected / (self.t_verify[n + 1] + n * self.t_draft)
-        more = (self._expected + self._reach * p) / (self.t_verify[n + 2] + (n + 1) * self.t_draft)
-        return more > now
+    def stop_rule(self) -> StopRule:
+        """This step's early stop for the drafter (``StopRule.keep_going``)."""
+        return StopRule(self.cfg, self.predictor.predict, tuple(self.t_verify), tuple(n > 0 for n in self.n_verify),
+                        self.t_draft)
 
     def expected_speed(self, k: int) -> float:
         """Predicted target tokens per second at draft length k (0 = target alone)."""
+        tokens, cost = self._expected_tokens_cost(k)
+        return tokens / cost if cost > 0 else 0.0
+
+    def _expected_tokens_cost(self, k: int) -> tuple[float, float]:
+        """(expected target tokens, seconds) of a step drafting k tokens."""
         tokens, reach = 1.0, 1.0
         for i in range(k):
             reach *= self.acc[i]
             tokens += reach
-        cost = self.t_verify[k + 1] + k * self.t_draft
-        return tokens / cost if cost > 0 else 0.0
+        return tokens, self.t_verify[k + 1] + k * self.t_draft
 
     def ceiling(self, k_max: int) -> float:
         """Best speedup over the target alone at 100 % acceptance, from the measured timings."""
@@ -110,7 +143,7 @@ class DraftPolicy:
         best = 0.0
         for k in range(1, k_max + 1):
             if self.n_verify[k + 1]:
-                best = max(best, (k + 1) * base / (self.t_verify[k + 1] + k * self.t_draft))
+                best = max(best, speedup(k + 1, self.t_verify[k + 1] + k * self.t_draft, base))
         return best if best else float("inf")  # nothing measured yet: do not rule speculation out
 
     def note(self, limit: int) -> str:
@@ -128,7 +161,7 @@ class DraftPolicy:
             return (f"the cost policy ran the target alone, it is faster on this machine "
                     f"(predicted {ceiling:.2f}x at best, even with every drafted token accepted)")
         best = max(timed, key=self.expected_speed)
-        gain = self.expected_speed(best) * self.t_verify[1]  # speedup over the target alone (1 token/T(1))
+        gain = speedup(*self._expected_tokens_cost(best), self.t_verify[1])
         if gain > 1.0:
             return (f"the cost policy drafted where it predicts a gain "
                     f"(predicted {gain:.2f}x at draft length {best})")
@@ -149,30 +182,29 @@ class DraftPolicy:
         return self.n_verify[1] > 0 and self.n_draft > 0
 
     # ----------------------------------------------------------- observations
-    def observe(self, proposed: int, accepted: int, verify_s: float, draft_s: float, drafted: int) -> None:
-        n = proposed + 1
+    def observe(self, step: StepOutcome) -> None:
+        """Learn from one verified step: pass times, acceptance per position, and (per drafted token,
+        tokens after the first rejection censored) the acceptance predictor."""
+        n = step.proposed + 1
         if n < len(self.t_verify):
-            self.t_verify[n] = _ema(self.t_verify[n], verify_s, self.n_verify[n])
+            self.t_verify[n] = _ema(self.t_verify[n], step.verify_s, self.n_verify[n])
             self.n_verify[n] += 1
             self._seeded_ratio.pop(n, None)
             if n == 1:
                 for m, r in self._seeded_ratio.items():
                     self.t_verify[m] = r * self.t_verify[1]
-        if drafted:
-            self.t_draft = _ema(self.t_draft, draft_s / drafted, self.n_draft)
+        if step.drafted:
+            self.t_draft = _ema(self.t_draft, step.draft_s / step.drafted, self.n_draft)
             self.n_draft += 1
-        for i in range(min(proposed, len(self.acc))):
-            hit = 1.0 if i < accepted else 0.0
+            self.lengths[len(step.judged)] = self.lengths.get(len(step.judged), 0) + 1
+        if step.judged:
+            self.predictor.update(list(step.judged), step.judged_accepted)
+        for i in range(min(step.proposed, len(self.acc))):
+            hit = 1.0 if i < step.accepted else 0.0
             self.acc[i] = 0.9 * self.acc[i] + 0.1 * hit
             if not hit:
                 break
-        self.chosen.append(proposed)
-
-    def observe_draft(self, feats: list[DraftFeatures], n_accepted_draft_tokens: int) -> None:
-        """Per drafted token outcomes, for the predictor (tokens after the first rejection are censored)."""
-        self.lengths[len(feats)] = self.lengths.get(len(feats), 0) + 1
-        if feats:
-            self.predictor.update(feats, n_accepted_draft_tokens)
+        self.chosen.append(step.proposed)
 
     def stats(self) -> dict:
         return {"policy": self.cfg.name, "draft_lengths": dict(sorted(self.lengths.items())),

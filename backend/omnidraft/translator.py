@@ -29,7 +29,6 @@ class Candidates:
     kinds: list[str] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)  # drafter token span [a, b)
     q: list[float] = field(default_factory=list)  # q' = prod of drafter probs over the span
-    draft_features: list = field(default_factory=list)  # DraftFeatures per drafted token (model drafters)
 
     def add(self, tid: int, kind: str, span: tuple[int, int], q: float) -> None:
         self.ids.append(int(tid))
@@ -41,7 +40,7 @@ class Candidates:
         return len(self.ids)
 
     def truncate(self, n: int) -> "Candidates":
-        return Candidates(self.ids[:n], self.kinds[:n], self.spans[:n], self.q[:n], self.draft_features)
+        return Candidates(self.ids[:n], self.kinds[:n], self.spans[:n], self.q[:n])
 
     def drafted_accepted(self, n_accepted: int) -> int:
         """Drafter tokens covered by the first n_accepted candidates."""
@@ -60,6 +59,12 @@ class Translator(Protocol):
     def translate(self, proposal: Proposal) -> Candidates: ...
 
     def learn(self, proposal: Proposal, new_target_ids: Sequence[int]) -> None: ...
+
+    def token_flags(self, draft_ids: Sequence[int]) -> tuple[bool, bool]:
+        """(completes a cached n-gram merge, maps directly) for the last drafted token, as predictor features."""
+
+
+NO_FLAGS = (False, True)  # translators without an n-gram cache: no merge, as if mapped directly
 
 
 def _prod(xs: Sequence[float]) -> float:
@@ -80,6 +85,10 @@ class IdentityTranslator:
 
     def learn(self, proposal: Proposal, new_target_ids: Sequence[int]) -> None:
         pass
+
+    def token_flags(self, draft_ids: Sequence[int]) -> tuple[bool, bool]:
+        return NO_FLAGS
+
 
 
 class DirectTranslator:
@@ -105,6 +114,10 @@ class DirectTranslator:
 
     def learn(self, proposal: Proposal, new_target_ids: Sequence[int]) -> None:
         pass
+
+    def token_flags(self, draft_ids: Sequence[int]) -> tuple[bool, bool]:
+        return NO_FLAGS
+
 
 
 class _LookBehind:
@@ -172,6 +185,10 @@ class TextTranslator:
 
     def learn(self, proposal: Proposal, new_target_ids: Sequence[int]) -> None:
         self.look.push(new_target_ids)
+
+    def token_flags(self, draft_ids: Sequence[int]) -> tuple[bool, bool]:
+        return NO_FLAGS
+
 
 
 class OmniTranslator:

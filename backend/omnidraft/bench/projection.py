@@ -24,7 +24,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..costmodel import predicted_time, t_of
+from ..costmodel import predicted_time, speedup, t_of
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def machine_here(run: dict, draft: str, desc: str) -> dict:
 def predicted_speedup(res: dict, tv: dict[int, float], t_draft: dict[int, float] | None) -> float:
     """Speedup of one configuration on a machine with target costs ``tv`` and drafter costs ``t_draft``."""
     cost = predicted_time(res["batch_hist"], tv, res.get("draft_pass_hist"), t_draft, res.get("drafted", 0))
-    return res["tokens"] * tv[1] / cost if cost else 0.0
+    return speedup(res["tokens"], cost, tv[1])
 
 
 def cost_choice(confs: list[dict], tv: dict[int, float], t_draft: dict[int, float] | None) -> tuple[int, float]:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from tqdm import tqdm
 
 from .. import models
-from ..costmodel import CostModel, CostSampler, predicted_time
+from ..costmodel import CostModel, CostSampler, predicted_time, speedup
 from ..engine import Engine, EngineConfig
 from ..generator import Final, GenerationParams, Generator
 from ..methods import PairContext, make_drafter
@@ -99,7 +99,7 @@ class Tally:
             pred_s = predicted_time(self.batch_hist, cost.t_verify, self.draft_pass_hist, cost.draft_table(),
                                     self.drafted)
             d["predicted_s"] = pred_s
-            d["predicted_speedup"] = (self.tokens / pred_s) / (1.0 / cost.t_verify[1]) if pred_s else 0.0
+            d["predicted_speedup"] = speedup(self.tokens, pred_s, cost.t_verify[1])
             d["measured_over_predicted"] = d["speedup"] / d["predicted_speedup"] if d["predicted_speedup"] else 0.0
             d["same_output_as_target"] = self.outputs == baseline.outputs
         return d
@@ -189,7 +189,7 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
     bar.close()
     for c in configs:
         if c.label in gens and gens[c.label].drafter is not None:
-            tallies[c.label].draft_pass_hist = dict(gens[c.label].drafter.counters.pass_hist)
+            tallies[c.label].draft_pass_hist = gens[c.label].drafter.stats()["pass_hist"]
     base = tallies.get("target")
     out = {c.label: tallies[c.label].summary(base, ctx.cost_for(c)) for c in configs}
     for c in configs:
