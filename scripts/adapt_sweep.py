@@ -65,7 +65,7 @@ def main() -> None:
     settings = Settings(threads=args.threads, state_dir=str(out / "state"))
     train, heldout = load_items(cfg)
     t0 = time.perf_counter()
-    session = Session(settings)
+    session = Session(settings).warm_up()
     ngram0 = copy.deepcopy(session.pair.cache)
     ev = (heldout, cfg.eval_max_tokens, cfg.eval_k, ngram0)
     results: dict = {"config": vars(args), "points": []}
@@ -99,7 +99,7 @@ def main() -> None:
     results["base_loss"] = heldout_loss(load_gguf_model(base), held_recs, cfg.lam)  # where training starts
     print(f"base held-out loss {results['base_loss']:.4f}", flush=True)
     if not args.no_accept:
-        path, meta = export_control(base, cfg.qtype, out, args.threads)
+        path, meta = export_control(str(base), cfg.qtype, out, args.threads)
         session.load_drafter(str(path))
         results["control"] = {**meta, **evaluate(session, *ev)}
         c = results["control"]

@@ -36,6 +36,6 @@ def default_session(tmp_path_factory):
     from tests.serve_helpers import seed_state
 
     state = seed_state(tmp_path_factory.mktemp("state"))
-    s = Session(Settings(threads=2, n_ctx=2048, draft_n_ctx=2048, state_dir=str(state)))
+    s = Session(Settings(threads=2, n_ctx=2048, draft_n_ctx=2048, state_dir=str(state))).warm_up()
     yield s
     s.close()

@@ -67,7 +67,10 @@ class FakeSession:
     drafter_version: str = "base"
     pair: object = None
 
-    def generator(self, method=None):
+    def warm_up(self, method=None, policy=None):
+        return self
+
+    def generator(self, method=None, k=None, policy=None):
         return FakeGen(self.answer, self.delay_s)
 
     def maybe_swap(self):

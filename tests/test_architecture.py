@@ -89,6 +89,15 @@ def test_the_trainer_never_imports_serving_code():
     assert not bad, bad
 
 
+def test_adapt_meets_the_trainer_only_through_records_and_the_registry():
+    """``omnidraft adapt`` runs the trainer as its own process (``omnidraft trainer serve|export``), as a
+    server deployment does: it imports no trainer module, so no torch model or training state in-process."""
+    g = graph()
+    bad = _violations(g, {"adapt"}, lambda d: _top(d) == "trainer")
+    assert not bad, bad
+    assert "registry" in g["adapt"] and "outbox" in g["adapt"]
+
+
 def test_no_import_cycles():
     g = graph()
     state: dict[str, int] = {}

@@ -53,7 +53,10 @@ class _Session:
     pair: object = None
     saved: int = 0
 
-    def generator(self, method=None):
+    def warm_up(self, method=None, policy=None):
+        return self
+
+    def generator(self, method=None, k=None, policy=None):
         return _Gen()
 
     def maybe_swap(self):

@@ -3,9 +3,10 @@
     prompt stream -> speculative generation (record_topk) -> record -> outbox -> HTTP upload
     -> trainer (every I prompts: train, export, check, publish) -> Session.maybe_swap() -> held-out eval
 
-The trainer runs in this process on its own thread behind a loopback HTTP server, so every piece is
-the one a server deployment uses; the loop waits for each update before evaluating, which keeps the
-measurements free of training load.
+The trainer is its own process (``omnidraft trainer serve`` on a free loopback port), met the way a
+server deployment meets it: records posted over HTTP, drafter versions read from its registry on disk.
+The loop waits for each update (the trainer's ``/v1/status``) before evaluating, which keeps the
+measurements free of training load.  The control is exported by ``omnidraft trainer export``.
 
 The held-out evaluation measures the drafter, nothing else:
 * it drafts ``eval_k`` tokens every step (the ``fixed`` policy), whatever policy the stream uses: the
@@ -26,11 +27,16 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import shutil
+import subprocess
+import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import httpguard
 from .errors import BadRequest
 from .generator import GenerationParams
 from .methods import make_drafter
@@ -38,6 +44,7 @@ from .outbox import Outbox, Uploader
 from .policy import DraftPolicy, PolicyConfig
 from .rates import acceptance_text, measured
 from .records import build_record
+from .registry import DrafterRegistry
 
 log = logging.getLogger(__name__)
 
@@ -135,22 +142,95 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def export_control(base, qtype: str, out_dir: Path, threads: int = 0) -> tuple[Path, dict]:
-    """The untrained drafter through the trainer's export path: GGUF -> torch -> GGUF ``qtype`` -> check."""
-    from .trainer.export import check_gguf, export_gguf
-    from .trainer.model import load_gguf_model, model_file_type
+def _trainer_cli(*args: str) -> list[str]:
+    """argv of ``omnidraft <args>`` in a child Python that imports this same package."""
+    return [sys.executable, "-m", "omnidraft.cli", *args]
 
-    t0 = time.perf_counter()
-    qtype = qtype or model_file_type(base)
-    model = load_gguf_model(base)
-    path = export_gguf(model, out_dir / f"control-{qtype}.gguf", base, qtype, threads=threads)
-    check = check_gguf(path, model, qtype, threads=threads)
-    return path, {"qtype": qtype, "check": check.as_dict(), "export_s": round(time.perf_counter() - t0, 2)}
+
+def _child_env() -> dict:
+    root = str(Path(__file__).resolve().parents[1])  # the directory holding this package
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+
+
+def export_control(base: str, qtype: str, out_dir: Path, threads: int = 0) -> tuple[Path, dict]:
+    """The untrained drafter through the trainer's export path (``omnidraft trainer export``, its own process):
+    GGUF -> torch -> GGUF ``qtype`` -> check."""
+    argv = _trainer_cli("trainer", "export", "--base", base, "--out", str(out_dir / f"control-{qtype or 'base'}.gguf"),
+                        "--qtype", qtype, "--threads", str(threads))
+    done = subprocess.run(argv, capture_output=True, text=True, env=_child_env())
+    if done.returncode != 0:
+        raise RuntimeError(f"trainer export failed ({done.returncode}): {done.stderr[-2000:]}")
+    meta = json.loads(done.stdout.strip().splitlines()[-1])
+    path = Path(meta.pop("path"))
+    if not qtype:  # named after the quantization it got, like the trainer's
+        path = path.rename(out_dir / f"control-{meta['qtype']}.gguf")
+    return path, meta
+
+
+class TrainerProcess:
+    """``omnidraft trainer serve`` as a child process on a free loopback port.  Adapt meets it as a server
+    does: records posted to it (Uploader), versions read from its registry on disk; ``/v1/status`` says
+    when an update is done."""
+
+    def __init__(self, state_dir: Path, options: list[str], log_path: Path, start_s: float = 120.0):
+        self.state_dir = state_dir
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen(_trainer_cli("trainer", "serve", "--state-dir", str(state_dir), "--port", "0",
+                                                  *options), stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=_child_env())
+        self.updates: dict[int, dict] = {}  # update number -> its metadata, as the trainer reported it
+        try:
+            self.url = self._wait_url(log_path, start_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.token = httpguard.read_token(state_dir / httpguard.TOKEN_FILE)
+        self.registry = DrafterRegistry(state_dir / "registry")
+
+    def _wait_url(self, log_path: Path, start_s: float) -> str:
+        end = time.monotonic() + start_s
+        while time.monotonic() < end:
+            for line in log_path.read_text().splitlines():
+                if line.startswith("trainer on http://"):
+                    return line.split()[2]
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the trainer exited ({self.proc.returncode}): {log_path.read_text()[-2000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"the trainer did not start within {start_s:.0f} s (log: {log_path})")
+
+    def status(self) -> dict:
+        req = urllib.request.Request(self.url + "/v1/status", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            st = json.loads(resp.read())
+        self.updates.update({m["update"]: m for m in st.get("history", [])})
+        return st
+
+    def wait_idle(self, timeout: float = 600.0) -> dict:
+        """Block until no update is pending or running; the trainer's last status."""
+        end = time.monotonic() + timeout
+        st = self.status()
+        while time.monotonic() < end and (st["busy"] or st["untrained"] >= st["interval"]):
+            time.sleep(0.2)
+            st = self.status()
+        return st
+
+    def history(self) -> list[dict]:
+        return [self.updates[n] for n in sorted(self.updates)]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
 
 
 def _fresh(out: Path) -> None:
     """A run starts from the base drafter: a previous run's trainer state and results in ``out`` go."""
-    for name in ("trainer", "outbox.sqlite", "adapt.json", "adapt.png"):
+    for name in ("trainer", "trainer.log", "outbox.sqlite", "adapt.json", "adapt.png"):
         p = out / name
         if p.is_dir():
             shutil.rmtree(p)
@@ -161,9 +241,7 @@ def _fresh(out: Path) -> None:
 
 
 def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
-    from . import models
     from .session import Session
-    from .trainer.service import Trainer, TrainerConfig, start_http
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -171,7 +249,7 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
     train, heldout = load_items(cfg)
     t_start = time.perf_counter()
 
-    session = Session(settings)
+    session = Session(settings).warm_up()
     if session.pair is None:
         session.close()
         raise BadRequest(f"adapt trains a drafter model; method {settings.method!r} has none")
@@ -179,23 +257,22 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
     ev_args = (heldout, cfg.eval_max_tokens, cfg.eval_k, ngram0)
     curve: list[dict] = []
     control = None
-    trainer = server = uploader = None
+    trainer = uploader = None
     try:
         if cfg.baseline:
             curve.append({"prompts": 0, "version": "base", **evaluate(session, *ev_args)})
             _show(curve[-1])
         if cfg.control:
-            path, meta = export_control(models.resolve(settings.draft), cfg.qtype, out, threads)
+            path, meta = export_control(settings.draft, cfg.qtype, out, threads)
             session.load_drafter(str(path))
             control = {"version": f"control ({meta['qtype']}, untrained)", **meta, **evaluate(session, *ev_args)}
             session.load_drafter(settings.draft)
             _show(control, "control")
-        trainer = Trainer(TrainerConfig(base=settings.draft, state_dir=str(out / "trainer"), interval=cfg.interval,
-                                        lam=cfg.lam, lr=cfg.lr, lora_rank=cfg.lora_rank, qtype=cfg.qtype,
-                                        threads=threads)).start()
-        server, port = start_http(trainer)
+        trainer = TrainerProcess(out / "trainer", [
+            "--base", settings.draft, "--interval", str(cfg.interval), "--lam", str(cfg.lam), "--lr", str(cfg.lr),
+            "--lora-rank", str(cfg.lora_rank), "--qtype", cfg.qtype, "--threads", str(threads)], out / "trainer.log")
         outbox = Outbox(out / "outbox.sqlite")
-        uploader = Uploader(outbox, f"http://127.0.0.1:{port}", interval_s=0.5, token=trainer.token).start()
+        uploader = Uploader(outbox, trainer.url, interval_s=0.5, token=trainer.token).start()
         session.registry = trainer.registry
         for i, item in enumerate(train, 1):
             gen = session.generator()
@@ -208,24 +285,22 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
                   f"acceptance {acceptance_text(s.accepted, s.proposed)} ({settings.policy} policy)", flush=True)
             if i % cfg.interval == 0:
                 uploader.flush(60.0)
-                trainer.wait_idle()
+                status = trainer.wait_idle()
                 if session.maybe_swap():
                     ev = evaluate(session, *ev_args)
                     curve.append({"prompts": i, "version": session.drafter_version, **ev})
                     trainer.registry.annotate(session.drafter_version, {"heldout": ev})
                     _show(curve[-1])
-                elif trainer.last_error:
-                    print(f"update after {i} prompts not published: {trainer.last_error}", flush=True)
+                elif status["last_error"]:
+                    print(f"update after {i} prompts not published: {status['last_error']}", flush=True)
     finally:
         if uploader is not None:
             uploader.stop()
-        if server is not None:
-            server.shutdown()
         if trainer is not None:
             trainer.stop()
         session.save_state()
         session.close()
-    result = {"curve": curve, "control": control, "updates": trainer.history, "heldout": heldout,
+    result = {"curve": curve, "control": control, "updates": trainer.history(), "heldout": heldout,
               "config": cfg.__dict__, "settings": settings.__dict__,
               "seconds": round(time.perf_counter() - t_start, 1)}
     (out / "adapt.json").write_text(json.dumps(result, indent=1, default=str))

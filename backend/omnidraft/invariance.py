@@ -179,8 +179,3 @@ def score(fid: Fidelity, plan: VerifyPlan, acceptance: float = 0.6, draft_cost: 
 def probe(engine: Engine, max_n: int = 8) -> int:
     """Largest n <= max_n whose batch rows are all bit-identical to one-token decoding (no timing)."""
     return measure(engine, max_n, timing=False).max_identical
-
-
-def max_invariant_batch(engine: Engine, cache_file: Path | None, max_n: int = 8) -> int:
-    """The largest bit-identical verification batch of this engine's mode (kept for older callers)."""
-    return cached_measure(engine, cache_file, max_n).max_identical

@@ -18,7 +18,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .costmodel import speedup
+from .costmodel import CostModel, speedup
 from .predictor import AcceptancePredictor, DraftFeatures
 
 POLICIES = ("fixed", "threshold", "gamma", "cost")
@@ -219,6 +219,17 @@ class DraftPolicy:
                 if n > 1 and t_verify.get(1):
                     self._seeded_ratio[n] = t / t_verify[1]
         self.t_draft, self.n_draft = t_draft, max(self.n_draft, 1)
+
+
+def seeded_policy(cfg: PolicyConfig, method: str, costs: Callable[[], CostModel],
+                  predictor: AcceptancePredictor | None = None) -> DraftPolicy:
+    """A policy for ``method``; the cost policy of a drafting method starts from ``costs()`` (called only
+    then), with free drafting for prompt lookup."""
+    policy = DraftPolicy(cfg, predictor)
+    if cfg.name == "cost" and method != "target":
+        cm = costs()
+        policy.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
+    return policy
 
 
 def _ema(old: float, new: float, count: int, alpha: float = 0.2) -> float:

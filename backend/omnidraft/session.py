@@ -1,4 +1,8 @@
-"""Load a model pair once and hand out generators: the object a CLI or server process holds."""
+"""Load a model pair once and hand out generators: the object a CLI or server process holds.
+
+The one generator factory: it owns the draft-length policies (one cache, bounded), the acceptance
+predictors they learn with (loaded from and saved to the state dir) and the cost model they start
+from.  ``warm_up()`` loads models and times the cost model; ``generator()`` only composes."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from . import invariance
 from .invariance import VerifyPlan
 from .methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make_drafter
 from .ngram_cache import NGramCache, cache_filename
-from .policy import DraftPolicy, PolicyConfig
+from .policy import DraftPolicy, PolicyConfig, seeded_policy
 from .predictor import AcceptancePredictor
 from .vocab_bridge import build_bridge
 
@@ -42,8 +46,12 @@ class Settings:
     ngram_policy: str = field(default="lru", metadata={"help": "n-gram cache eviction: lru|lfu"})
     state_dir: str = field(default="", metadata={"help": "where the n-gram cache etc. live (default: cache dir)"})
 
-    def policy_config(self) -> PolicyConfig:
-        return PolicyConfig(name=self.policy, k=self.k, p_min=self.p_min)
+    def policy_config(self, k: int | None = None, name: str | None = None) -> PolicyConfig:
+        """The settings' policy, or another draft length / policy for one request (0 or None: the settings')."""
+        return PolicyConfig(name=name or self.policy, k=k or self.k, p_min=self.p_min)
+
+
+MAX_POLICIES = 32  # (method, policy, k) combinations a long-running server keeps learning in
 
 
 def load_target(path: Path, settings: Settings, state_dir: Path) -> tuple[Engine, VerifyPlan]:
@@ -102,25 +110,36 @@ class Session:
         self._bad_versions: set[str] = set()
         self.target, self.plan = load_target(models.resolve(settings.target), settings, self.state_dir)
         self.max_verify_batch = self.plan.max_batch
-        self._policies: dict[str, DraftPolicy] = {}
+        self._policies: dict[tuple, DraftPolicy] = {}  # (method, policy, k, p_min) -> policy; least recent first
+        self._predictors: dict[str, AcceptancePredictor] = {}  # method -> what its policies learn acceptance with
         self.cost_model: CostModel | None = None
         if settings.method in NEEDS_DRAFT_MODEL:
             self.load_drafter(settings.draft)
 
     def load_drafter(self, name_or_path: str) -> None:
         """Load (or swap in) a drafter; the n-gram cache is kept: it is keyed by vocabulary pair."""
+        pair = self.open_pair(name_or_path)
+        old = self.draft
+        self.draft, self.pair = pair.draft, pair
+        if old is not None:
+            old.close()
+
+    def open_pair(self, name_or_path: str, persistent: bool = True) -> PairContext:
+        """A drafter loaded the way this session loads drafters, bridged to the target.  Its n-gram cache:
+        the one in use for the same vocabulary pair, else the state dir's; ``persistent=False``: a new,
+        empty one kept in memory (a second pair beside the session's, e.g. a benchmark's)."""
         s = self.settings
         draft = Engine(models.resolve(name_or_path),
                        EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.threads, batch_invariant=False))
         bridge = build_bridge(draft, self.target)
-        cache = self.pair.cache if self.pair and self.pair.bridge.draft_fp == bridge.draft_fp else None
-        if cache is None:
+        if not persistent:
+            cache = NGramCache(bridge.draft_fp, bridge.target_fp)
+        elif self.pair and self.pair.bridge.draft_fp == bridge.draft_fp:
+            cache = self.pair.cache
+        else:
             cache = NGramCache.open(self.cache_path(bridge.draft_fp, bridge.target_fp), bridge.draft_fp,
                                     bridge.target_fp, s.ngram_budget_kb * 1024, s.ngram_policy)
-        old = self.draft
-        self.draft, self.pair = draft, PairContext(draft, self.target, bridge, cache)
-        if old is not None:
-            old.close()
+        return PairContext(draft, self.target, bridge, cache)
 
     def maybe_swap(self) -> bool:
         """Between requests: load the registry's current drafter version if it changed.
@@ -142,24 +161,56 @@ class Session:
         self.save_state()
         self.drafter_version = version
         self._policies.clear()  # timings stay valid, but acceptance must be learned for the new drafter
+        self._predictors.clear()
         return True
 
     def cache_path(self, draft_fp: str, target_fp: str) -> Path:
         return self.state_dir / cache_filename(draft_fp, target_fp)
 
-    def generator(self, method: str | None = None) -> Generator:
+    def warm_up(self, method: str | None = None, policy: str | None = None) -> "Session":
+        """Load what ``method`` (default: the settings') needs and the cost model ``policy`` starts from
+        (read from the cost-model cache, else timed: a few seconds).  Call before ``generator()``; cheap
+        once done, so a server calls it before every request."""
         method = method or self.settings.method
         if method in NEEDS_DRAFT_MODEL and self.pair is None:
             self.load_drafter(self.settings.draft)
-        drafter = make_drafter(method, self.pair)
-        policy = self._policies.get(method)
-        if policy is None:
-            predictor = AcceptancePredictor.load(self.predictor_path(method)) if self.pair else None
-            policy = self._policies[method] = DraftPolicy(self.settings.policy_config(), predictor)
-            if policy.cfg.name == "cost" and method != "target":
-                cm = self.measure_costs()
-                policy.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
-        return Generator(self.target, drafter, policy, method, self.max_verify_batch, self.plan.guard)
+        if (policy or self.settings.policy) == "cost" and method != "target":
+            self.measure_costs()
+        return self
+
+    def generator(self, method: str | None = None, k: int | None = None, policy: str | None = None) -> Generator:
+        """A generator for ``method`` (default: the settings'), drafting up to ``k`` with ``policy`` (default:
+        the settings').  Its DraftPolicy is this session's for that combination: it keeps what it learned."""
+        method = method or self.settings.method
+        return self.compose(method, self.pair, self.policy(method, self.settings.policy_config(k, policy)))
+
+    def compose(self, method: str, pair: PairContext | None, policy: DraftPolicy) -> Generator:
+        """A generator on this session's target: ``method``'s drafter over ``pair``, drafting by ``policy``."""
+        return Generator(self.target, make_drafter(method, pair), policy, method, self.max_verify_batch,
+                         self.plan.guard)
+
+    def policy(self, method: str, cfg: PolicyConfig) -> DraftPolicy:
+        """The cached policy for (method, cfg), made on first use: the method's saved acceptance predictor,
+        seeded with the cost model.  The least recently used go past MAX_POLICIES (their predictor stays)."""
+        key = (method, cfg.name, cfg.k, cfg.p_min)
+        pol = self._policies.pop(key, None) or seeded_policy(cfg, method, self._warm_costs, self._predictor(method))
+        self._policies[key] = pol
+        while len(self._policies) > MAX_POLICIES:
+            self._policies.pop(next(iter(self._policies)))
+        return pol
+
+    def _predictor(self, method: str) -> AcceptancePredictor | None:
+        """The acceptance predictor the policies of ``method`` share (None without a drafter model)."""
+        if self.pair is None:
+            return None
+        if method not in self._predictors:
+            self._predictors[method] = AcceptancePredictor.load(self.predictor_path(method))
+        return self._predictors[method]
+
+    def _warm_costs(self) -> CostModel:
+        if self.cost_model is None:
+            raise RuntimeError("the cost policy starts from the cost model: call Session.warm_up() first")
+        return self.cost_model
 
     def measure_costs(self) -> CostModel:
         """Target passes of 1..max_verify_batch tokens and drafter passes of 1..4: read from the cost-model
@@ -202,9 +253,10 @@ class Session:
         if self.pair is not None:
             b = self.pair.bridge
             self.pair.cache.save(self.cache_path(b.draft_fp, b.target_fp))
-            for method, policy in self._policies.items():
-                if method != "target" and policy.predictor.updates:
-                    policy.predictor.save(self.predictor_path(method))
+            for method, predictor in self._predictors.items():
+                if method != "target" and predictor.updates:
+                    predictor.save(self.predictor_path(method))
+            for policy in self._policies.values():
                 self._check_drift(policy)
 
     def close(self) -> None:

@@ -14,15 +14,11 @@ from dataclasses import asdict, dataclass, field
 
 from tqdm import tqdm
 
-from .. import models
 from ..costmodel import CostModel, CostSampler, predicted_time, speedup
-from ..engine import Engine, EngineConfig
 from ..generator import Final, GenerationParams, Generator
-from ..methods import PairContext, make_drafter
-from ..ngram_cache import NGramCache
-from ..policy import PolicyConfig
+from ..methods import PairContext
+from ..policy import PolicyConfig, seeded_policy
 from ..session import Session
-from ..vocab_bridge import build_bridge
 from .prompts import Item
 
 log = logging.getLogger(__name__)
@@ -115,27 +111,17 @@ class BenchContext:
         self.same_pair: PairContext | None = None
         drafters = {"draft": self.pair.draft}
         if same_vocab_draft:
-            s = session.settings
-            eng = Engine(models.resolve(same_vocab_draft),
-                         EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.threads, batch_invariant=False))
-            bridge = build_bridge(eng, session.target)
-            self.same_pair = PairContext(eng, session.target, bridge,
-                                         NGramCache(bridge.draft_fp, bridge.target_fp))
-            drafters["same"] = eng
+            self.same_pair = session.open_pair(same_vocab_draft, persistent=False)
+            drafters["same"] = self.same_pair.draft
         # timed on first use, not here: `bench peer` builds a context and never prices anything
         self.costs = CostSampler(session.target, session.max_verify_batch, drafters)
         self._peer: PeerLlama | None = None
 
     def generator(self, cfg: Config) -> Generator:
+        """A fresh policy per configuration (nothing learned in another run), seeded with this run's costs."""
         pair = self.same_pair if cfg.method == "same-vocab" else self.pair
-        drafter = make_drafter(cfg.method, pair)
         policy = PolicyConfig(name=cfg.policy, k=max(cfg.k, 1) if cfg.method != "target" else 0)
-        gen = Generator(self.session.target, drafter, policy, cfg.method, self.session.max_verify_batch,
-                        self.session.plan.guard)
-        if cfg.policy == "cost" and cfg.method != "target":
-            cm = self.cost_for(cfg)
-            gen.policy.seed_costs(cm.t_verify, cm.t_draft)
-        return gen
+        return self.session.compose(cfg.method, pair, seeded_policy(policy, cfg.method, lambda: self.cost_for(cfg)))
 
     def start_costs(self) -> None:
         """The 5 timing rounds a product takes at start-up; `run` adds 2 before every prompt."""

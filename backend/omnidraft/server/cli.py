@@ -73,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         if registry_cls is not None:
             session.registry = registry_cls(cfg.registry)
-        session.generator()  # measure the cost model now, so the first request does not pay for it
+        session.warm_up()  # load and time now, so the first request does not pay for it
         return _serve(session, cfg, record_fns)
     finally:
         session.close()

@@ -20,7 +20,6 @@ from typing import Callable
 
 from ..errors import OmniDraftError
 from ..generator import Final, GenerationStats
-from ..policy import DraftPolicy, PolicyConfig
 from ..textstream import Chunk
 from .metrics import Metrics
 from .protocol import ApiError, Request
@@ -91,7 +90,6 @@ class EngineWorker:
         self.save_every = save_every
         self.outbox, self.build_record = outbox, build_record
         self.current: Job | None = None
-        self._policies: dict[tuple, DraftPolicy] = {}
         self._stop = threading.Event()
         self._served = 0
         self._avg_s = 1.0
@@ -156,12 +154,11 @@ class EngineWorker:
             return
         try:
             if s.maybe_swap():
-                self._policies.clear()
                 self._publish_state()
         except Exception:  # noqa: BLE001 - maybe_swap already keeps the old drafter; never fail the request
             log.exception("drafter hot swap check failed")
         try:
-            gen = self._generator(method, req.k, req.policy)
+            gen = s.warm_up(method, req.policy).generator(method, req.k, req.policy)
             prompt = gen.prompt_from_messages(req.messages) if req.kind == "chat" else gen.prompt_from_text(req.prompt)
             params = dataclasses.replace(req.params, stop=list(req.params.stop),
                                          record_topk=RECORD_TOPK if self.outbox is not None else 0)
@@ -203,22 +200,6 @@ class EngineWorker:
         finally:
             it.close()  # abandoning the stream is safe: the next request resets the target context
         return None
-
-    def _generator(self, method: str, k: int | None, policy: str | None):
-        s = self.session
-        gen = s.generator(method)
-        if k is None and policy is None:
-            return gen
-        cfg = PolicyConfig(name=policy or s.settings.policy, k=k or s.settings.k, p_min=s.settings.p_min)
-        key = (method, cfg.name, cfg.k)
-        pol = self._policies.get(key)
-        if pol is None:
-            pol = self._policies[key] = DraftPolicy(cfg)
-            if cfg.name == "cost" and method != "target":
-                cm = s.measure_costs()
-                pol.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
-        gen.policy = pol
-        return gen
 
     def _to_outbox(self, final: Final, prompt, method: str, version: str) -> None:
         if self.outbox is None or self.build_record is None:

@@ -1,7 +1,7 @@
-"""Subcommands ``trainer serve``, ``drafter list|rollback`` and ``distill`` (registered by omnidraft.cli).
+"""Subcommands ``trainer serve|export``, ``drafter list|rollback`` and ``distill`` (registered by omnidraft.cli).
 
-The trainer side of the system: nothing here imports serving code (``omnidraft adapt``, which drives both
-sides, lives in ``omnidraft.cli``)."""
+The trainer side of the system: nothing here imports serving code.  ``omnidraft adapt``, which drives
+both sides, runs these commands as child processes and meets them through records and the registry."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def register(sub) -> None:
                           epilog="Example: omnidraft trainer serve --interval 8 --port 8765")
     add_dataclass_args(serve, TrainerConfig)
     serve.set_defaults(func=_cmd_serve)
+    exp = ts.add_parser("export", help="re-export a drafter the way updates are published (no training)",
+                        description="GGUF -> torch -> GGUF at --qtype -> the logits check against torch, as each "
+                                    "published update goes; prints one JSON line (path, qtype, check, export_s). "
+                                    "omnidraft adapt uses it for its control: the untrained drafter, re-exported.")
+    exp.add_argument("--base", required=True, help="drafter: short name or .gguf path")
+    exp.add_argument("--out", required=True, help="where to write the GGUF")
+    exp.add_argument("--qtype", default="", help="quantization (default: the base's)")
+    exp.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all)")
+    exp.set_defaults(func=_cmd_export)
 
     d = sub.add_parser("drafter", help="list or roll back published drafter versions",
                        description="Versions live in <state-dir>/registry; generators load the current one.")
@@ -52,20 +61,46 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     trainer = Trainer(cfg).start()
     app = create_app(trainer)
     token_at = "--token" if cfg.token else cfg.root() / "token"
-    print(f"trainer on http://{cfg.host}:{cfg.port}  (state {cfg.root()}, interval {cfg.interval}, "
-          f"token in {token_at})", flush=True)
     try:
-        from waitress import serve
-
-        serve(app, host=cfg.host, port=cfg.port, threads=4)
+        import waitress
     except ImportError:
+        waitress = None
+    if waitress is not None:
+        server = waitress.create_server(app, host=cfg.host, port=cfg.port, threads=4)
+        port, run = server.effective_port, server.run
+    else:
         from werkzeug.serving import make_server
 
         srv = make_server(cfg.host, cfg.port, app, threaded=True)
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
-        srv.serve_forever()
+        port, run = srv.server_port, srv.serve_forever
+    # the port bound (--port 0: any free one): a parent process reads it from this line
+    print(f"trainer on http://{cfg.host}:{port}  (state {cfg.root()}, interval {cfg.interval}, "
+          f"token in {token_at})", flush=True)
+    try:
+        run()
     finally:
         trainer.stop()
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from omnidraft import models
+
+    from .export import check_gguf, export_gguf
+    from .model import load_gguf_model, model_file_type
+
+    t0 = time.perf_counter()
+    base = models.resolve(args.base)
+    qtype = args.qtype or model_file_type(base)
+    model = load_gguf_model(base)
+    path = export_gguf(model, Path(args.out), base, qtype, threads=args.threads)
+    check = check_gguf(path, model, qtype, threads=args.threads)
+    print(json.dumps({"path": str(path), "qtype": qtype, "check": check.as_dict(),
+                      "export_s": round(time.perf_counter() - t0, 2)}), flush=True)
     return 0
 
 

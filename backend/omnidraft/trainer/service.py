@@ -32,6 +32,9 @@ from .store import Inbox
 log = logging.getLogger(__name__)
 
 
+HISTORY = 100  # updates kept in memory for /v1/status
+
+
 @dataclass
 class TrainerConfig:
     """Settings of the trainer process (the CLI flags are generated from these fields)."""
@@ -70,7 +73,7 @@ class Trainer:
         self.qtype = cfg.qtype
         self.updates = 0
         self.steps_total = 0
-        self.history: list[dict] = []
+        self.history: list[dict] = []  # the last HISTORY updates' metadata (published ones: also in the registry)
         self.busy = False
         self.last_error: str | None = None
         self._wake = threading.Event()
@@ -167,6 +170,7 @@ class Trainer:
             self.inbox.mark_trained([s for s, _ in rows], self.updates + 1)
             self.updates += 1
             self.history.append(meta)
+            del self.history[:-HISTORY]  # a trainer serves for months: keep its memory flat
             self.last_error = None
             return meta
         except Exception as e:
