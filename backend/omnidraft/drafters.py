@@ -85,7 +85,6 @@ class DraftCounters:
 
 class Drafter(Protocol):
     name: str
-    counters: DraftCounters
 
     def begin(self, prompt: PromptInput) -> None:
         """Start a new request with this prompt."""
@@ -97,7 +96,7 @@ class Drafter(Protocol):
         """The target kept n_accepted candidates and appended new_target_ids (spelling new_bytes)."""
 
     def stats(self) -> dict:
-        """Counters for metrics and benchmarks."""
+        """This drafter's counters (DraftCounters), for metrics and benchmarks."""
 
 
 class ModelDrafter:

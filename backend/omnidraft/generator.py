@@ -262,15 +262,10 @@ class Generator:
         draft = self._draft(limit)
         cands = draft.candidates.truncate(limit)
         v0 = time.perf_counter()
-        base = t.n_past
-        logits = t.decode([t_prev] + cands.ids, "all")
+        base, fed = t.n_past, [t_prev] + cands.ids
+        logits = t.decode(fed, "all")
         n_acc, nxt = self._verify(cands, logits, params, sp, uniforms[n_out:], rng)
-        j = self._guarded_row(cands, logits, n_acc, params, sp, uniforms[n_out:])
-        if j is not None:  # rows before j decide as the target alone would; row j is decided alone
-            logits = logits[:j + 1].copy()  # the next decode reuses llama.cpp's buffer
-            t.rollback(base + j)
-            logits[j] = t.decode(([t_prev] + cands.ids)[j:j + 1], "last")[0]
-            n_acc, nxt = j, sample_token(logits[j], sp, uniforms[n_out + j])
+        logits, n_acc, nxt, redecoded = self._guard(fed, base, logits, n_acc, nxt, params, sp, uniforms[n_out:])
         t.rollback(base + 1 + n_acc)  # keep t_prev and the accepted candidates; nxt is decoded next step
         v_s = time.perf_counter() - v0
         new = cands.ids[:n_acc] + [nxt]
@@ -281,7 +276,7 @@ class Generator:
         lps = [] if params.logprobs is None else [_logprob(t, logits[i], tok, params.logprobs)
                                                   for i, tok in enumerate(new)]
         rec = StepRecord(len(cands), n_acc, draft.drafted, sum(ng), sum(ng[:n_acc]), new, draft.draft_s,
-                         draft.translate_s, v_s, time.perf_counter() - s0, topk, j is not None, lps)
+                         draft.translate_s, v_s, time.perf_counter() - s0, topk, redecoded, lps)
         return rec, new
 
     def _draft(self, limit: int) -> Draft:
@@ -289,13 +284,23 @@ class Generator:
         k = self.policy.choose_k(limit) if self.drafter is not None and limit > 0 else 0
         return self.drafter.draft(k, self.policy.stop_rule()) if k > 0 else Draft()
 
-    def _guarded_row(self, cands: Candidates, logits: np.ndarray, n_acc: int, params: GenerationParams,
-                     sp: SamplingParams, uniforms: np.ndarray) -> int | None:
-        """With a near-tie guard (kernels whose batched logits are only within a bound of one-token
-        decoding): the first row whose decision such an error could change, else None."""
-        if self.guard > 0 and len(cands) and params.verification == "exact":
-            return first_uncertain_row(logits[:n_acc + 1], sp, uniforms, self.guard)
-        return None
+    def _guard(self, fed: list[int], base: int, logits: np.ndarray, n_acc: int, nxt: int, params: GenerationParams,
+               sp: SamplingParams, uniforms: np.ndarray) -> tuple[np.ndarray, int, int, bool]:
+        """With a near-tie guard (kernels whose batched logits are only within a bound of one-token decoding):
+        the first row such an error could decide otherwise is decoded again alone and decides the step.
+        ``fed``: the tokens of the step's target pass, decoded from position ``base``.
+        Returns (logits, n_accepted, next token, whether a row was re-decoded)."""
+        if not (self.guard > 0 and len(fed) > 1 and params.verification == "exact"):
+            return logits, n_acc, nxt, False
+        j = first_uncertain_row(logits[:n_acc + 1], sp, uniforms, self.guard)
+        if j is None:
+            return logits, n_acc, nxt, False
+        # rows before j decide as the target alone would; row j is decided alone
+        logits = logits[:j + 1].copy()  # the next decode reuses llama.cpp's buffer
+        t = self.target
+        t.rollback(base + j)
+        logits[j] = t.decode(fed[j:j + 1], "last")[0]
+        return logits, j, sample_token(logits[j], sp, uniforms[j]), True
 
     def _verify(self, cands: Candidates, logits: np.ndarray, params: GenerationParams, sp: SamplingParams,
                 uniforms: np.ndarray, rng: np.random.Generator) -> tuple[int, int]:

@@ -227,16 +227,6 @@ class Trainer:
             except Exception:  # noqa: BLE001 - logged in update(); the worker goes on
                 time.sleep(5.0)
 
-    def wait_idle(self, timeout: float = 600.0) -> bool:
-        """Block until no update is pending or running (for adapt and tests)."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if not self.busy and self.inbox.counts()["untrained"] < self.cfg.interval:
-                return True
-            self._wake.set()
-            time.sleep(0.2)
-        return False
-
 
 # ------------------------------------------------------------------ HTTP
 MAX_BODY = 64 << 20  # bytes on the wire, and bytes after gzip inflation
