@@ -39,7 +39,6 @@ from pathlib import Path
 from . import httpguard
 from .errors import BadRequest
 from .generator import GenerationParams
-from .methods import make_drafter
 from .outbox import Outbox, Uploader
 from .policy import DraftPolicy, PolicyConfig
 from .rates import acceptance_text, measured
@@ -116,11 +115,10 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
     The draft length is fixed here, not the session's policy: an evaluation that drafts nothing
     measures nothing.  ``ngram``: the n-gram cache to start from (copied; default: the session's).
     ``records``: if a list, each generation's training record is appended to it (a held-out loss)."""
-    gen = session.generator()  # the session's target, verification limits and method ...
-    pair = copy.copy(session.pair)  # ... with the same engines and codecs but a private n-gram cache
+    pair = copy.copy(session.pair)  # the session's engines and codecs, with a private n-gram cache
     pair.cache = copy.deepcopy(ngram if ngram is not None else session.pair.cache)
-    gen.drafter = make_drafter(gen.method, pair)
-    gen.policy = DraftPolicy(PolicyConfig(name="fixed", k=k))  # not the session's policy
+    # the session's target, verification limits and method, drafting k a step: not the session's policy
+    gen = session.compose(session.settings.method, pair, DraftPolicy(PolicyConfig(name="fixed", k=k)))
     k_run = min(k, gen.max_verify_batch - 1)  # the target verifies at most max_verify_batch rows per pass
     acc = prop = drafted = toks = passes = 0
     lengths: dict[int, int] = {}  # drafter tokens per step -> steps

@@ -38,10 +38,6 @@ class Codec:
         ids = self.engine.tokenize("a")
         return self.decode(ids) == b" a"
 
-    def id_of(self, piece: bytes) -> int | None:
-        """The (first) non-special token whose bytes are exactly ``piece``."""
-        return self._by_bytes.get(piece)
-
     def decode(self, ids: Sequence[int]) -> bytes:
         tb = self.token_bytes
         return b"".join(tb[t] for t in ids)
