@@ -152,8 +152,19 @@ def _random(name: str, shape: list[int], rng: np.random.Generator, pool: np.ndar
 _POOL, _POOL_SLACK = 1 << 22, 1 << 18
 
 
-def synth(skel: str | os.PathLike, out: str | os.PathLike, seed: int = 0) -> Path:
-    """Write a random-weight f16 GGUF (1-D tensors f32) with the skeleton's metadata and shapes."""
+def _first_layers(arch: str, tensors: list, kvs: list[KV], layers: int) -> tuple[list, list[KV]]:
+    """The skeleton cut to its first ``layers`` blocks (a shallow drafter's shape: same width, vocabulary)."""
+    key = f"{arch}.block_count"
+    have = next((int(v) for k, v, *_ in kvs if k == key), None)
+    if have is None or not 1 <= layers <= have:
+        raise ValueError(f"layers must be within 1..{have} for this skeleton")
+    keep = [t for t in tensors if not t[0].startswith("blk.") or int(t[0].split(".")[1]) < layers]
+    return keep, [(k, layers if k == key else v, vt, sub) for k, v, vt, sub in kvs]
+
+
+def synth(skel: str | os.PathLike, out: str | os.PathLike, seed: int = 0, layers: int | None = None) -> Path:
+    """Write a random-weight f16 GGUF (1-D tensors f32) with the skeleton's metadata and shapes
+    (``layers``: only its first blocks)."""
     skel, out = Path(skel), Path(out)
     r, tmp_in = _open(skel)
     try:
@@ -166,6 +177,8 @@ def synth(skel: str | os.PathLike, out: str | os.PathLike, seed: int = 0) -> Pat
     finally:
         if tmp_in is not None:
             tmp_in.unlink()
+    if layers is not None:
+        tensors, kvs = _first_layers(arch, tensors, kvs, layers)
     rng = np.random.default_rng(seed)
     pool = (rng.standard_normal(_POOL + _POOL_SLACK, dtype=np.float32) * _STD).astype(np.float16)
     w, tmp = _atomic_writer(out, arch)
@@ -205,14 +218,14 @@ def qtype_of(skel: str | os.PathLike, source: dict | None = None) -> str:
 
 
 def build(skel: str | os.PathLike, out: str | os.PathLike, seed: int = 0, qtype: str | None = None,
-          nthreads: int = 0) -> Path:
+          nthreads: int = 0, layers: int | None = None) -> Path:
     """Synthesize at f16 beside ``out``, quantize to the real file's type (or ``qtype``), drop the f16."""
     from .quantize import quantize
 
     out = Path(out)
     q = qtype or qtype_of(skel)
     f16 = out.with_name(out.stem + "-f16.gguf")
-    synth(skel, f16, seed)
+    synth(skel, f16, seed, layers)
     if q == "f16":
         os.replace(f16, out)
         return out

@@ -7,7 +7,7 @@
 #
 #   here:   MODELS=qwen2.5-coder-0.5b,qwen2.5-coder-1.5b,smollm2-135m bash scripts/device_costmodel.sh prepare
 #   there:  run(command="bash scripts/device_check.sh", carry=[".devcarry"], timeout_s=600)
-# Results land in $OUT: doctor-cpu.txt, doctor-gpu.txt, kernels-cpu.json, kernels-gpu.json, build logs.
+# Results land in $OUT: doctor-{cpu,gpu}.txt, targets-{cpu,gpu}.json, drafters-{cpu,gpu}.json, build logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -36,37 +36,12 @@ build() {  # $1 = cpu | gpu
   echo "[device] $1 build: $((SECONDS - t0)) s; CC=${DEVICE_CC:-${CC:-gcc}}; CMAKE_ARGS=$args" | tee -a "$OUT/builds.txt"
 }
 
-kernels() {  # $1 = cpu | gpu: fidelity + pass times per mode and quantization
-  PYTHONPATH="/tmp/llama-$1:/tmp/site:$ROOT/backend:$ROOT" python3 - "$1" "$THREADS" "$CARRY/skeletons" \
-    "$OUT/kernels-$1.json" <<'EOF'
-import json, sys, time, logging
-from pathlib import Path
-from gguf_tools import synth
-from omnidraft import invariance
-from omnidraft.engine import Engine, EngineConfig
-logging.basicConfig(level=logging.WARNING)
-dev, threads, skel, out = sys.argv[1], [int(t) for t in sys.argv[2].split(",")], Path(sys.argv[3]), sys.argv[4]
-work = Path("/tmp/synthetic"); work.mkdir(exist_ok=True)
-rows = []
-for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
-    for q in ("q4_k_m", "q4_0"):
-        path = work / f"{name}-{q}.gguf"
-        if not path.exists():
-            synth.build(skel / f"{name}.gguf.gz", path, seed=0, qtype=q)
-        for th in (threads if dev == "cpu" else [threads[0]]):
-            for mode in ("exact", "fast"):
-                cfg = EngineConfig(n_ctx=1024, n_threads=th, batch_invariant=(mode == "exact"),
-                                   n_gpu_layers=-1 if dev == "gpu" else 0)
-                with Engine(path, cfg) as e:
-                    fid = invariance.measure(e)
-                t1 = fid.t(1)
-                row = dict(model=name, qtype=q, device=dev, threads=th, mode=mode, t1_ms=t1 * 1e3,
-                           ratio={n: fid.t(n) / t1 for n in (2, 4, 8)}, max_identical=fid.max_identical,
-                           bound=fid.bound, flips=fid.flips, positions=fid.positions)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-json.dump(rows, open(out, "w"), indent=1)
-EOF
+kernels() {  # $1 = cpu | gpu: fidelity + pass times per mode and quantization, then drafter depths
+  local th="$THREADS"; [ "$1" = gpu ] && th="${THREADS%%,*}"
+  for what in targets drafters; do
+    PYTHONPATH="/tmp/llama-$1:/tmp/site:$ROOT/backend:$ROOT" python3 scripts/device_kernels.py "$what" \
+      --device "$1" --threads "$th" --skeletons "$CARRY/skeletons" --out "$OUT/$what-$1.json"
+  done
 }
 
 # The image's Python loads the system libstdc++ (through numpy) before libllama, which was compiled by
@@ -77,12 +52,13 @@ for lib in /opt/gcc/lib64/libstdc++.so.6 /opt/gcc/lib/libstdc++.so.6 \
 done
 echo "[device] $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
-build cpu && {
+BUILDS=" ${DEVICE_BUILDS:-cpu gpu} "  # e.g. DEVICE_BUILDS=gpu: only the CUDA half
+[[ $BUILDS == *" cpu "* ]] && build cpu && {
   PYTHONPATH="/tmp/llama-cpu:/tmp/site:$ROOT/backend:$ROOT" python3 -m omnidraft.cli doctor 2>&1 \
     | tee "$OUT/doctor-cpu.txt"
   kernels cpu 2>&1 | tail -20
 }
-build gpu && {
+[[ $BUILDS == *" gpu "* ]] && build gpu && {
   PYTHONPATH="/tmp/llama-gpu:/tmp/site:$ROOT/backend:$ROOT" python3 -m omnidraft.cli doctor --gpu-layers -1 2>&1 \
     | tee "$OUT/doctor-gpu.txt"
   kernels gpu 2>&1 | tail -10

@@ -42,6 +42,24 @@ def test_synthetic_model_matches_real_and_decodes(tmp_path_factory, tmp_path, ar
         assert np.isfinite(logits).all() and logits.std() > 0
 
 
+def test_first_layers_cut_keeps_width_and_vocabulary(tmp_path_factory, tmp_path):
+    """A shallow drafter's timing shape: the first N blocks, everything else as the real model."""
+    from omnidraft.engine import Engine, EngineConfig
+
+    real = tiny_gguf(tmp_path_factory, "llama", quant="q8_0")
+    skel = synth.skeleton(real, tmp_path / "s.gguf.gz")
+    n_real = _kv(real)["llama.block_count"]
+    out = synth.build(skel, tmp_path / "cut.gguf", layers=1)
+    names = [t.name for t in read(out).tensors]
+    assert _kv(out)["llama.block_count"] == 1 < n_real
+    assert names == [t.name for t in read(real).tensors if not t.name.startswith("blk.") or
+                     t.name.startswith("blk.0.")]
+    with Engine(out, EngineConfig(n_ctx=64, n_threads=1)) as eng:
+        assert np.isfinite(eng.decode(eng.tokenize("x = 1"), "last")).all()
+    with pytest.raises(ValueError, match="layers"):
+        synth.synth(skel, tmp_path / "bad.gguf", layers=n_real + 1)
+
+
 def test_synthetic_smollm2_same_tensors_as_shipped(tmp_path):
     from omnidraft import models
 

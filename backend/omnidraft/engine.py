@@ -10,6 +10,7 @@ shared prefix and every rollback ends in one ``llama_memory_seq_rm``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -75,6 +76,15 @@ def check_gguf_header(path: Path) -> None:
         raise InvalidModelFile(f"{path}: unsupported GGUF version {version}")
 
 
+@functools.cache
+def init_backend() -> None:
+    """llama.cpp's one-time process set-up (ggml's tables, backend registry), as `llama_cpp.Llama` does.
+
+    Skipping it works on a CPU build by luck; a CUDA build then dies in the first model load (SIGSEGV
+    in print_info), which is what the device machine showed before this call existed."""
+    llama_cpp.llama_backend_init()
+
+
 class Engine:
     """A loaded model with one KV-cache sequence (seq 0)."""
 
@@ -83,6 +93,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.mode = self.config.mode
         check_gguf_header(self.path)
+        init_backend()
         llama_log.SINK.take_recent()
         self._model = self._load_model()
         self._ctx = None
