@@ -10,7 +10,7 @@ from omnidraft.generator import GenerationParams, reference_target_tokens
 
 from tests.lossless_prompts import PROMPTS
 
-METHODS = ["omnidraft", "slem", "tli", "prompt-lookup"]
+METHODS = ["omnidraft", "slem", "tli", "prompt-lookup", "hybrid"]
 MAX_TOKENS = 24
 
 
@@ -40,7 +40,7 @@ def test_greedy_output_equals_target_alone(default_session, references, method):
     assert proposed > 0  # the drafter really proposed
 
 
-@pytest.mark.parametrize("method", ["omnidraft", "slem"])
+@pytest.mark.parametrize("method", ["omnidraft", "slem", "hybrid"])
 def test_seeded_sampling_equals_target_alone(default_session, method):
     gen = default_session.generator(method)
     gen.policy.cfg.name = "fixed"

@@ -228,6 +228,34 @@ class PromptLookupDrafter:
         return {"name": self.name, **self.counters.as_dict()}
 
 
+class LookupFirstDrafter:
+    """Free drafts first: where the context already holds a continuation (prompt lookup on an n-gram of
+    ``min_ngram``+ tokens), propose it and skip the model's passes; otherwise ask the model drafter.
+
+    Composed, not subclassed: both drafters see every request and every accepted token, so the model
+    drafter's context stays complete (it only queues text while lookup drafts, at no cost)."""
+
+    def __init__(self, name: str, model: Drafter, min_ngram: int = 2, max_ngram: int = 4):
+        self.name, self.model = name, model
+        self.lookup = PromptLookupDrafter(f"{name}/lookup", max_ngram=max_ngram, min_ngram=min_ngram)
+
+    def begin(self, prompt: PromptInput) -> None:
+        self.lookup.begin(prompt)
+        self.model.begin(prompt)
+
+    def draft(self, k: int, stop: StopRule) -> Draft:
+        free = self.lookup.draft(k, stop)
+        return free if len(free.candidates) else self.model.draft(k, stop)
+
+    def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
+        self.lookup.accept(n_accepted, new_target_ids, new_bytes)
+        self.model.accept(n_accepted, new_target_ids, new_bytes)
+
+    def stats(self) -> dict:
+        return {**self.model.stats(), "name": self.name, "lookup": self.lookup.stats()}
+
+
+
 def prompt_lookup(tokens: Sequence[int], k: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
     """Tokens that followed the most recent earlier occurrence of the longest matching suffix n-gram."""
     n_tok = len(tokens)

@@ -8,6 +8,7 @@
 | tli             | model, shared vocab only| direct map (Timor et al. 2025)                    |
 | slem            | model                   | text re-tokenisation (HF universal assisted gen.) |
 | omnidraft       | model                   | n-gram cache + direct map + re-tokenisation       |
+| hybrid          | lookup first, else model| free drafts from the context; omnidraft otherwise |
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from typing import Callable
 
 
 from .codec import Codec
-from .drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from .drafters import Drafter, LookupFirstDrafter, ModelDrafter, PromptLookupDrafter
 from .engine import Engine
 from .errors import BadRequest, VocabularyMismatch
 from .ngram_cache import NGramCache
 from .translator import DirectTranslator, IdentityTranslator, OmniTranslator, TextTranslator
 from .vocab_bridge import UNMAPPED, VocabBridge
 
-METHODS = ("target", "prompt-lookup", "same-vocab", "tli", "slem", "omnidraft")
-NEEDS_DRAFT_MODEL = ("same-vocab", "tli", "slem", "omnidraft")
+METHODS = ("target", "prompt-lookup", "same-vocab", "tli", "slem", "omnidraft", "hybrid")
+NEEDS_DRAFT_MODEL = ("same-vocab", "tli", "slem", "omnidraft", "hybrid")
 
 
 class PairContext:
@@ -62,8 +63,13 @@ def _same_vocab(p: PairContext) -> Drafter:
     return ModelDrafter("same-vocab", p.draft, IdentityTranslator(), p.draft_codec, eog_ids=eog)
 
 
+def _hybrid(p: PairContext) -> Drafter:
+    # the model drafter keeps the name "omnidraft" in its own stats; the hybrid reports as "hybrid"
+    return LookupFirstDrafter("hybrid", _omnidraft(p))
+
+
 _FACTORIES: dict[str, Callable[[PairContext], Drafter]] = {
-    "omnidraft": _omnidraft, "slem": _slem, "tli": _tli, "same-vocab": _same_vocab,
+    "omnidraft": _omnidraft, "slem": _slem, "tli": _tli, "same-vocab": _same_vocab, "hybrid": _hybrid,
 }
 
 
