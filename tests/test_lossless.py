@@ -6,7 +6,7 @@ reference is written independently of the speculative loop (one token per pass).
 
 import pytest
 
-from omnidraft.generator import GenerationParams, reference_target_tokens
+from omnidraft.generator import GenerationParams
 
 from tests.lossless_prompts import PROMPTS
 
@@ -19,10 +19,10 @@ def _prompt(gen, text, chat):
 
 
 @pytest.fixture(scope="module")
-def references(default_session):
+def references(default_session, target_reference):
     gen = default_session.generator("target")
-    return {i: reference_target_tokens(default_session.target, _prompt(gen, p, chat),
-                                       GenerationParams(max_tokens=MAX_TOKENS))
+    params = GenerationParams(max_tokens=MAX_TOKENS)
+    return {i: target_reference(default_session.target, _prompt(gen, p, chat), params)
             for i, (_, p, chat) in enumerate(PROMPTS)}
 
 
@@ -41,12 +41,12 @@ def test_greedy_output_equals_target_alone(default_session, references, method):
 
 
 @pytest.mark.parametrize("method", ["omnidraft", "slem"])
-def test_seeded_sampling_equals_target_alone(default_session, method):
+def test_seeded_sampling_equals_target_alone(default_session, target_reference, method):
     gen = default_session.generator(method)
     gen.policy.cfg.name = "fixed"
     for i, (_, p, chat) in enumerate(PROMPTS[::5]):
         params = GenerationParams(max_tokens=MAX_TOKENS, temperature=0.8, top_p=0.95, top_k=40, seed=1234 + i)
-        ref = reference_target_tokens(default_session.target, _prompt(gen, p, chat), params)
+        ref = target_reference(default_session.target, _prompt(gen, p, chat), params)  # one run for both methods
         final = gen.generate(_prompt(gen, p, chat), params)
         assert final.token_ids == ref, p[:40]
 
