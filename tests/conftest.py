@@ -16,6 +16,20 @@ def _quiet_llama():
     logging.getLogger("omnidraft.llama_cpp").setLevel(logging.ERROR)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _shared_state(tmp_path_factory):
+    """Where tests/serve_helpers.seed_state pools start-up measurements across this session's tests."""
+    from tests.serve_helpers import SHARED_ENV
+
+    before = os.environ.get(SHARED_ENV)
+    os.environ[SHARED_ENV] = str(tmp_path_factory.mktemp("shared-state"))
+    yield
+    if before is None:
+        os.environ.pop(SHARED_ENV, None)
+    else:
+        os.environ[SHARED_ENV] = before
+
+
 @pytest.fixture(scope="session")
 def vocab_engine():
     """Vocab-only engines by short name, loaded once per session."""
@@ -44,3 +58,25 @@ def default_session(tmp_path_factory):
     s = Session(Settings(draft=draft, threads=2, n_ctx=2048, draft_n_ctx=2048, state_dir=str(state))).warm_up()
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def target_reference():
+    """``reference_target_tokens`` memoised per (target engine, prompt tokens, sampling): the target alone's
+    output is a pure function of these (it starts from a reset context), so tests that compare several
+    methods or guards against the same prompt share one reference run instead of repeating it."""
+    from omnidraft.generator import reference_target_tokens
+
+    memo: dict = {}
+
+    def get(target: Engine, prompt, params) -> list[int]:
+        assert not params.reuse_prefix, "a reused prefix depends on the context left behind: not memoised"
+        sp = params.sampling()
+        # a greedy reference is the argmax per step whatever the seed (verifier.sample_token)
+        key = (target, tuple(prompt.target_ids), params.max_tokens, sp.temperature, sp.top_k, sp.top_p,
+               None if sp.greedy else sp.seed)
+        if key not in memo:
+            memo[key] = reference_target_tokens(target, prompt, params)
+        return list(memo[key])
+
+    return get

@@ -65,3 +65,15 @@ PROMPTS = ([("code", p, False) for p in CODE] + [("prose", p, False) for p in PR
            + [("unicode", p, False) for p in UNICODE] + [("whitespace", p, False) for p in WHITESPACE]
            + [("chat", p, True) for p in CHAT])
 assert len(PROMPTS) == 50
+
+
+def _every(kind: str, step: int) -> list:
+    return [p for p in PROMPTS if p[0] == kind][::step]
+
+
+# What every method runs greedily in test_lossless: every unicode and whitespace prompt (where the two
+# vocabularies split text differently: byte fallback, multi-byte characters across tokens, runs of spaces
+# and tabs) and every third code, every second prose and chat prompt (the ordinary path, which every
+# prompt takes).  The seeded and adaptive tests draw from all 50.
+GREEDY = _every("code", 3) + _every("prose", 2) + _every("unicode", 1) + _every("whitespace", 1) + _every("chat", 2)
+assert len(GREEDY) == 31 and {k for k, _, _ in GREEDY} == {k for k, _, _ in PROMPTS}

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -24,14 +25,49 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SEEDED = ("invariance.json", "costmodel.json")
+# Set by tests/conftest.py to a folder of this pytest session: what any test's start-up measured lands
+# there, so on a machine without a user state (a clean CI clone) only the first start measures.
+SHARED_ENV = "OMNIDRAFT_TEST_SHARED_STATE"
+
+
+def _table(path: Path) -> dict:
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def _merge(dst: Path, *sources: Path) -> None:
+    """Add to ``dst`` the entries of ``sources`` it lacks (never a dropped one: None means "measure again")."""
+    table = _table(dst)
+    new = {k: v for src in sources for k, v in _table(src).items() if v is not None and k not in table}
+    if new:
+        tmp = dst.with_name(dst.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**table, **new}, indent=1))
+        os.replace(tmp, dst)
+
+
 def seed_state(state: Path) -> Path:
-    """Copy what start-up measures once per machine (kernel fidelity, cost model) from the user's state
-    dir into a test's private one, so each test does not pay the measurement again."""
+    """Seed a test's private state dir with what start-up measures once per machine (kernel fidelity, cost
+    model): from the user's state dir, and from every state dir seeded earlier in this pytest session (a
+    session or server started there measured what the user's state lacked), so no test pays it again."""
     state.mkdir(parents=True, exist_ok=True)
-    for name in ("invariance.json", "costmodel.json"):
-        known = models.cache_dir() / "state" / name
-        if known.exists() and not (state / name).exists():
-            shutil.copy(known, state / name)
+    sources = [models.cache_dir() / "state"]
+    if os.environ.get(SHARED_ENV):
+        shared = Path(os.environ[SHARED_ENV])
+        shared.mkdir(parents=True, exist_ok=True)
+        seeded = shared / "seeded-dirs.txt"
+        earlier = seeded.read_text().splitlines() if seeded.exists() else []
+        for name in SEEDED:
+            _merge(shared / name, *(Path(d) / name for d in earlier))
+        if str(state) not in earlier:
+            with open(seeded, "a") as f:
+                f.write(f"{state}\n")
+        sources.append(shared)
+    for name in SEEDED:
+        _merge(state / name, *(src / name for src in sources))
     return state
 
 

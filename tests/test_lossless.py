@@ -6,9 +6,9 @@ reference is written independently of the speculative loop (one token per pass).
 
 import pytest
 
-from omnidraft.generator import GenerationParams, reference_target_tokens
+from omnidraft.generator import GenerationParams
 
-from tests.lossless_prompts import PROMPTS
+from tests.lossless_prompts import GREEDY, PROMPTS
 
 METHODS = ["omnidraft", "slem", "tli", "prompt-lookup", "hybrid"]
 MAX_TOKENS = 24
@@ -19,34 +19,34 @@ def _prompt(gen, text, chat):
 
 
 @pytest.fixture(scope="module")
-def references(default_session):
+def reference(default_session, target_reference):
+    """The target alone's greedy tokens for a prompt (one run per prompt per session: target_reference)."""
     gen = default_session.generator("target")
-    return {i: reference_target_tokens(default_session.target, _prompt(gen, p, chat),
-                                       GenerationParams(max_tokens=MAX_TOKENS))
-            for i, (_, p, chat) in enumerate(PROMPTS)}
+    params = GenerationParams(max_tokens=MAX_TOKENS)
+    return lambda p, chat: target_reference(default_session.target, _prompt(gen, p, chat), params)
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_greedy_output_equals_target_alone(default_session, references, method):
+def test_greedy_output_equals_target_alone(default_session, reference, method):
     gen = default_session.generator(method)
     gen.policy.cfg.name = "fixed"  # always speculate: exercise verification, not the cost model
     mismatches, proposed = [], 0
-    for i, (kind, p, chat) in enumerate(PROMPTS):
+    for kind, p, chat in GREEDY:
         final = gen.generate(_prompt(gen, p, chat), GenerationParams(max_tokens=MAX_TOKENS))
         proposed += final.stats.proposed
-        if final.token_ids != references[i]:
+        if final.token_ids != reference(p, chat):
             mismatches.append((kind, p[:30]))
     assert not mismatches, f"{method}: {len(mismatches)} prompts differ from the target alone: {mismatches}"
     assert proposed > 0  # the drafter really proposed
 
 
 @pytest.mark.parametrize("method", ["omnidraft", "slem", "hybrid"])
-def test_seeded_sampling_equals_target_alone(default_session, method):
+def test_seeded_sampling_equals_target_alone(default_session, target_reference, method):
     gen = default_session.generator(method)
     gen.policy.cfg.name = "fixed"
     for i, (_, p, chat) in enumerate(PROMPTS[::5]):
         params = GenerationParams(max_tokens=MAX_TOKENS, temperature=0.8, top_p=0.95, top_k=40, seed=1234 + i)
-        ref = reference_target_tokens(default_session.target, _prompt(gen, p, chat), params)
+        ref = target_reference(default_session.target, _prompt(gen, p, chat), params)  # one run for both methods
         final = gen.generate(_prompt(gen, p, chat), params)
         assert final.token_ids == ref, p[:40]
 
@@ -59,16 +59,16 @@ def test_different_seeds_give_different_samples(default_session):
     assert len(outs) > 1
 
 
-def test_target_method_matches_reference_and_counts_passes(default_session, references):
+def test_target_method_matches_reference_and_counts_passes(default_session, reference):
     gen = default_session.generator("target")
     final = gen.generate(_prompt(gen, PROMPTS[0][1], False), GenerationParams(max_tokens=MAX_TOKENS))
-    assert final.token_ids == references[0]
+    assert final.token_ids == reference(PROMPTS[0][1], False)
     assert final.stats.target_passes == len(final.token_ids) or final.finish_reason == "stop"
     assert final.stats.tau == pytest.approx(1.0, abs=0.05)
 
 
 @pytest.mark.parametrize("policy", ["gamma", "threshold"])
-def test_adaptive_drafting_stays_lossless(default_session, references, policy):
+def test_adaptive_drafting_stays_lossless(default_session, reference, policy):
     """Drafts stopped early by the predictor (gamma) or by confidence (threshold): same output."""
     from omnidraft.generator import Generator
     from omnidraft.methods import make_drafter
@@ -77,9 +77,9 @@ def test_adaptive_drafting_stays_lossless(default_session, references, policy):
     gen = Generator(default_session.target, make_drafter("omnidraft", default_session.pair),
                     PolicyConfig(name=policy, k=6), "omnidraft", default_session.max_verify_batch)
     lengths = set()
-    for i, (_, p, chat) in enumerate(PROMPTS[::4]):
+    for _, p, chat in PROMPTS[::4]:
         final = gen.generate(_prompt(gen, p, chat), GenerationParams(max_tokens=MAX_TOKENS))
         lengths.update(final.stats.draft_lengths)
-        assert final.token_ids == references[i * 4], p[:40]
+        assert final.token_ids == reference(p, chat), p[:40]
     assert len(lengths - {0}) >= 2  # it really varied the draft length
     assert max(lengths) <= 6
