@@ -5,7 +5,8 @@
 
 ``targets``: per Qwen target, quantization (Q4_K_M as shipped, Q4_0) and kernel mode, the fidelity of
 batched logits and T(n)/T(1) (``invariance.measure``).  ``drafters``: T_draft, one drafted token after a
-64-token context, for SmolLM2-135M cut to its first 2/4/6/8 layers and whole (30), Q4_1 like the real file.
+128-token context (``costmodel.time_passes``), for SmolLM2-135M cut to its first 2/4/6/8 layers and
+whole (30), Q4_1 like the real file.
 Run by scripts/device_check.sh; prints one JSON line per row and writes them all to --out.
 """
 
@@ -14,11 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import statistics
-import time
 from pathlib import Path
 
-from omnidraft import invariance  # first: libllama before numpy (see omnidraft/__init__.py)
+from omnidraft import costmodel, invariance  # first: libllama before numpy (see omnidraft/__init__.py)
 from omnidraft.engine import Engine, EngineConfig
 from gguf_tools import synth
 
@@ -48,19 +47,6 @@ def targets(device: str, threads: list[int], skel: Path) -> list[dict]:
     return rows
 
 
-def t_draft(engine: Engine, rounds: int = 40) -> float:
-    """Median seconds of one drafted token (a one-token decode after a 64-token context), rolled back."""
-    engine.reset()
-    engine.decode(list(range(10, 74)), "none")
-    times = []
-    for i in range(rounds):
-        t0 = time.perf_counter()
-        engine.decode([100 + i], "last")
-        times.append(time.perf_counter() - t0)
-        engine.rollback(64)
-    return statistics.median(times[5:])
-
-
 def drafters(device: str, threads: list[int], skel: Path) -> list[dict]:
     rows = []
     for layers in (2, 4, 6, 8, 30):
@@ -70,7 +56,7 @@ def drafters(device: str, threads: list[int], skel: Path) -> list[dict]:
         for th in threads:
             with Engine(path, _config(device, th, batch_invariant=False)) as e:
                 rows.append(dict(model="smollm2-135m", layers=layers, device=device, threads=th,
-                                 t_draft_ms=t_draft(e) * 1e3))
+                                 t_draft_ms=costmodel.time_passes(e, range(1, 2), repeats=30)[1] * 1e3))
             print(json.dumps(rows[-1]), flush=True)
     return rows
 

@@ -21,13 +21,9 @@ def _shared_state(tmp_path_factory):
     """Where tests/serve_helpers.seed_state pools start-up measurements across this session's tests."""
     from tests.serve_helpers import SHARED_ENV
 
-    before = os.environ.get(SHARED_ENV)
-    os.environ[SHARED_ENV] = str(tmp_path_factory.mktemp("shared-state"))
-    yield
-    if before is None:
-        os.environ.pop(SHARED_ENV, None)
-    else:
-        os.environ[SHARED_ENV] = before
+    with pytest.MonkeyPatch.context() as mp:  # restores the variable afterwards
+        mp.setenv(SHARED_ENV, str(tmp_path_factory.mktemp("shared-state")))
+        yield
 
 
 @pytest.fixture(scope="session")
