@@ -22,7 +22,7 @@ demo: models
 ## test: set up (incl. chromium + Android build tools for the app tests), fetch models, run the whole suite
 test: models
 	bash android_demo/ci_setup.sh $(VENV)
-	$(BIN)/omnidraft models pull vocabs
+	$(BIN)/omnidraft models pull vocabs qwen2.5-coder-0.5b:q4_0
 	$(BIN)/python -m pytest -q
 
 clean-venv:

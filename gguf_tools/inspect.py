@@ -1,7 +1,7 @@
 """Summarise a GGUF file: architecture, size, quantization, tokenizer, hyper-parameters.
 
 Reads only the header through ``gguf.GGUFReader`` (tensor data is memory-mapped,
-never loaded) and checks that every tensor's data lies inside the file, so a
+never loaded; the header is parsed from a plain-array view, see :class:`_Reader`) and checks that every tensor's data lies inside the file, so a
 truncated download fails here with a clear message instead of inside llama.cpp.
 """
 
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import gguf
+import numpy as np
 
 from omnidraft.engine import check_gguf_header
 from omnidraft.errors import InvalidModelFile
@@ -34,12 +36,80 @@ _HPARAMS = {
 }
 
 
+_ARRAY, _STRING = int(gguf.GGUFValueType.ARRAY), int(gguf.GGUFValueType.STRING)
+
+
+class _Reader(gguf.GGUFReader):
+    """``gguf.GGUFReader`` parsing from a plain ndarray view of its memory map.
+
+    The reader makes a few array views per metadata value, and a 152k-token vocabulary is 450k values
+    (tokens, merges, token types).  On ``np.memmap`` every view runs memmap's Python-level ``__getitem__``
+    and ``__array_finalize__``, and every array element is a recursive call with enum lookups: 12.5 s to
+    open a tiny model with Qwen2.5's vocabulary on a 2-core Xeon (Gemma-3-270M: 16.9 s).  A plain view of
+    the same mapping and one loop per array: 0.85 s (1.5 s), with identical fields, parts and tensors (the
+    memmap stays alive as the views' base)."""
+
+    _itemsize: dict = {}  # dtype -> bytes: a per-class memo of a constant
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._data
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:  # GGUFReader.__init__ assigns its np.memmap here
+        self._data = value.view(np.ndarray)
+
+    def _get(self, offset: int, dtype, count: int = 1, override_order=None) -> np.ndarray:
+        count = int(count)
+        size = self._itemsize.get(dtype)
+        if size is None:
+            size = self._itemsize[dtype] = np.dtype(dtype).itemsize
+        arr = self._data[offset:offset + size * count].view(dtype)[:count]
+        order = self.byte_order if override_order is None else override_order
+        return arr if order == "I" else arr.view(arr.dtype.newbyteorder(order))  # 'I': host order, as is
+
+    def _get_field_parts(self, orig_offs: int, raw_type: int):
+        """Arrays of strings or scalars (tokens, merges, scores, token types) in one loop, without gguf-py's
+        recursive call and enum lookups per element: the same parts, indices and types as its loop."""
+        if raw_type != _ARRAY or self.byte_order != "I":
+            return super()._get_field_parts(orig_offs, raw_type)
+        raw_itype = self._get(orig_offs, np.uint32)
+        itype = int(raw_itype[0])
+        nptype = None if itype == _STRING else self.gguf_scalar_to_np.get(gguf.GGUFValueType(itype))
+        if itype != _STRING and nptype is None:  # arrays of arrays: gguf-py's own loop
+            return super()._get_field_parts(orig_offs, raw_type)
+        alen = self._get(orig_offs + 4, np.uint64)
+        parts, idxs, data, offs = [raw_itype, alen], [], self._data, orig_offs + 12
+        if itype == _STRING:
+            raw = memoryview(data)
+            for _ in range(int(alen[0])):
+                if offs + 8 > len(data):  # a corrupt length must not loop over 2**64 elements
+                    raise ValueError(f"string array at offset {orig_offs} runs past the end of the file")
+                n = int.from_bytes(raw[offs:offs + 8], sys.byteorder)
+                parts.append(data[offs:offs + 8].view(np.uint64))
+                parts.append(data[offs + 8:offs + 8 + n])
+                idxs.append(len(parts) - 1)
+                offs += 8 + n
+        else:
+            size = np.dtype(nptype).itemsize
+            if offs + size * int(alen[0]) > len(data):
+                raise ValueError(f"array at offset {orig_offs} runs past the end of the file")
+            for _ in range(int(alen[0])):
+                parts.append(data[offs:offs + size].view(nptype))
+                idxs.append(len(parts) - 1)
+                offs += size
+        if offs > len(data):
+            raise ValueError(f"array at offset {orig_offs} runs past the end of the file")
+        types = [gguf.GGUFValueType.ARRAY] + ([gguf.GGUFValueType(itype)] if idxs else [])
+        return offs - orig_offs, parts, idxs, types
+
+
 def read(path: str | os.PathLike) -> gguf.GGUFReader:
     """Open a GGUF file with its header validated; raise InvalidModelFile for anything unreadable."""
     path = Path(path)
     check_gguf_header(path)
     try:
-        reader = gguf.GGUFReader(path)
+        reader = _Reader(path)
     except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError) as e:
         raise InvalidModelFile(f"{path}: corrupt or truncated GGUF file ({type(e).__name__}: {e})") from None
     size = path.stat().st_size

@@ -38,11 +38,22 @@ def test_generate_json_reports_statistics(tmp_path):
     (["generate", "--target", "/nonexistent/model.gguf", "x"], "not a file and not a known model"),
     (["generate", "--method", "nope", "x"], "unknown method"),
     (["models", "pull", "gpt-9"], "unknown model"),
+    (["models", "pull", "qwen2.5-coder-0.5b:q9_9"], "unknown quantization"),
 ])
 def test_bad_input_is_one_clear_line_and_exit_2(args, needle, tmp_path):
     r = run(*args, "--state-dir", str(tmp_path)) if args[0] == "generate" else run(*args)
     assert r.returncode == 2
     assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_pull_names_a_requantized_copy():
+    """`models pull NAME:QTYPE` makes the copy once (make test pulled this one) and prints where it is."""
+    from omnidraft import models
+
+    r = run("models", "pull", f"{models.DEFAULT_TARGET}:q4_0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    path = models.derived_path(models.DEFAULT_TARGET, "q4_0")
+    assert str(path) in r.stdout and path.is_file()
 
 
 @pytest.mark.parametrize("sub", [[], ["models"], ["generate"], ["bench"], ["bench", "run"], ["gguf"]])

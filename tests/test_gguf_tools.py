@@ -139,6 +139,7 @@ def bad_files(tmp_path_factory):
         "random": rng.bytes(4096),
         "magic+random": b"GGUF\x03\x00\x00\x00" + rng.bytes(4096),
         "truncated": good[: len(good) // 2],
+        "cut-in-vocab": good[:100_000],  # inside the token strings: the reader's array loop must stop
         "empty": b"",
         "not-gguf": b"this is a text file, not a model\n" * 10,
     }
@@ -147,7 +148,7 @@ def bad_files(tmp_path_factory):
     return {name: d / f"{name}.gguf" for name in files}
 
 
-@pytest.mark.parametrize("kind", ["random", "magic+random", "truncated", "empty", "not-gguf"])
+@pytest.mark.parametrize("kind", ["random", "magic+random", "truncated", "cut-in-vocab", "empty", "not-gguf"])
 def test_bad_files_raise_invalid_model_file(bad_files, kind, tmp_path):
     path = bad_files[kind]
     with pytest.raises(InvalidModelFile):
@@ -216,3 +217,22 @@ def test_cli_inspect_json_and_errors(tmp_path_factory, bad_files, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "truncated" in err and "\n" not in err
     assert cli.main(["inspect", "no-such-model"]) == 2
+
+
+def test_fast_reader_reads_what_gguf_py_reads(tmp_path_factory):
+    """inspect.read parses from a plain view of the memory map: same fields, parts and tensors as gguf-py."""
+    import gguf
+
+    from gguf_tools.inspect import read
+
+    path = tiny_gguf(tmp_path_factory, "llama", quant="q8_0")
+    ours, theirs = read(path), gguf.GGUFReader(path)
+    assert list(ours.fields) == list(theirs.fields)
+    for key, f in theirs.fields.items():
+        g = ours.fields[key]
+        assert (g.types, g.data, g.offset) == (f.types, f.data, f.offset), key
+        assert len(g.parts) == len(f.parts) and all(
+            a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(g.parts, f.parts)), key
+    assert [(t.name, t.tensor_type, t.shape.tolist(), t.data_offset) for t in ours.tensors] == \
+        [(t.name, t.tensor_type, t.shape.tolist(), t.data_offset) for t in theirs.tensors]
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(ours.tensors, theirs.tensors))

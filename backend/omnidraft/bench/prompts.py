@@ -13,6 +13,7 @@ Python version, which is recorded with every result.
 from __future__ import annotations
 
 import ast
+import functools
 import gzip
 import hashlib
 import json
@@ -111,7 +112,10 @@ def _heldout_module(module: str) -> bool:
     return int(hashlib.sha256(module.split(".")[0].encode()).hexdigest(), 16) % 5 == 0
 
 
-def _stdlib_code(seed: int, limit: int = 400) -> PromptSet:
+@functools.cache
+def _stdlib_functions() -> tuple[Item, ...]:
+    """Every documented stdlib function head, in file order (parsing the stdlib takes seconds: once per
+    process; the stdlib does not change under a running process)."""
     items = []
     for module, path in _stdlib_files():
         try:
@@ -133,9 +137,28 @@ def _stdlib_code(seed: int, limit: int = 400) -> PromptSet:
             if 80 <= len(prompt) <= 1500:
                 items.append(Item(f"{module}:{node.name}:{node.lineno}", prompt, False,
                                   "heldout" if _heldout_module(module) else "stream"))
+    return tuple(items)
+
+
+def _stdlib_code(seed: int, limit: int = 400) -> PromptSet:
+    items = list(_stdlib_functions())
     random.Random(seed).shuffle(items)
     items = items[:limit]
     return PromptSet("stdlib-code", VERSION, f"Python {sys.version.split()[0]} standard library", "PSF-2.0", items)
+
+
+@functools.cache
+def _docstrings() -> tuple[tuple[str, str], ...]:
+    """(module, docstring) for every stdlib module with one of at least 200 characters (parsed once)."""
+    out = []
+    for module, path in _stdlib_files():
+        try:
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        if doc and len(doc) >= 200:
+            out.append((module, doc))
+    return tuple(out)
 
 
 def _docs(seed: int, limit: int = 200) -> PromptSet:
@@ -143,13 +166,7 @@ def _docs(seed: int, limit: int = 200) -> PromptSet:
             "Explain to a beginner what this part of the Python documentation says:",
             "List the three most important points of this Python documentation passage:"]
     items = []
-    for module, path in _stdlib_files():
-        try:
-            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        if not doc or len(doc) < 200:
-            continue
+    for module, doc in _docstrings():
         passage = doc[:1200]
         ask = asks[int(hashlib.sha256(module.encode()).hexdigest(), 16) % len(asks)]
         items.append(Item(f"{module}:doc", f"{ask}\n\n{passage}", True,
