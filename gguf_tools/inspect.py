@@ -1,8 +1,8 @@
 """Summarise a GGUF file: architecture, size, quantization, tokenizer, hyper-parameters.
 
-Reads only the header through ``gguf.GGUFReader`` (tensor data is memory-mapped,
-never loaded; the header is parsed from a plain-array view, see :class:`_Reader`) and checks that every tensor's data lies inside the file, so a
-truncated download fails here with a clear message instead of inside llama.cpp.
+Reads only the header through ``gguf.GGUFReader`` (tensor data is memory-mapped, never loaded; the
+header is parsed from a plain-array view, see :class:`_Reader`) and checks that every tensor's data lies
+inside the file, so a truncated download fails here with a clear message instead of inside llama.cpp.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def vocab_engine():
 
 # The real pair most tests drive: the default drafter with the default target re-quantized to Q4_0 (the
 # speed configuration README recommends: `fast` kernels, whose batches of up to 8 rows are bit-identical to
-# one-token decoding on the 0.5B), a 4-row verification there costs 2x a decode against 2.9x for the
+# one-token decoding on the 0.5B).  A 4-row verification there costs 2x a decode against 2.9x for the
 # shipped Q4_K_M (`exact` kernels), so the lossless matrix runs in half the time.  The shipped Q4_K_M pair
 # (exact kernels) stays covered end to end by the server tests (tests/test_server.py, fixed k = 3, greedy
 # and seeded) and by OMNIDRAFT_TEST_TARGET=qwen2.5-coder-0.5b pytest.
