@@ -13,7 +13,7 @@ models: setup
 
 ## demo: set up, fetch the default pair, run a cross-vocabulary speculative generation
 demo: models
-	@echo "== SmolLM2-135M drafting for Qwen2.5-Coder-0.5B, default cost-aware policy =="
+	@echo "== the 8-layer distilled SmolLM2 drafting for Qwen2.5-Coder-0.5B, default cost-aware policy =="
 	@echo "   (it drafts only where this machine's measured cost model says speculation pays)"
 	$(BIN)/omnidraft generate --chat --max-tokens 160 "$(PROMPT)"
 	@echo "== the same request, always drafting up to 3 tokens: same text, acceptance and tokens/target pass =="

@@ -50,10 +50,10 @@ TEST_TARGET = f"{models.DEFAULT_TARGET}:q4_0"
 
 @pytest.fixture(scope="session")
 def default_session(tmp_path_factory):
-    """The real pair (SmolLM2-135M -> Qwen2.5-Coder-0.5B, Q4_0 copy), 2 threads, private state dir.
+    """The real pair (the default drafter -> Qwen2.5-Coder-0.5B, Q4_0 copy), 2 threads, private state dir.
 
-    OMNIDRAFT_TEST_DRAFT=<name or .gguf> runs the same tests with another drafter (e.g. each distilled
-    depth: ``OMNIDRAFT_TEST_DRAFT=smollm2-135m-d4-qwen pytest tests/test_lossless.py``), and
+    OMNIDRAFT_TEST_DRAFT=<name or .gguf> runs the same tests with another drafter (e.g. the full
+    SmolLM2: ``OMNIDRAFT_TEST_DRAFT=smollm2-135m pytest tests/test_lossless.py``), and
     OMNIDRAFT_TEST_TARGET with another target (``qwen2.5-coder-0.5b``: the shipped Q4_K_M)."""
     from omnidraft.session import Session, Settings
 

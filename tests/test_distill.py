@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from omnidraft.trainer.distill import (PAD, Data, TrainConfig, continuation_alignment, export, parse_layers,
-                                       train)
+from omnidraft.trainer.distill import (PAD, Data, TrainConfig, continuation_alignment, export, map_topk,
+                                       parse_layers, save_trained, train)
 from omnidraft.trainer.distill_data import slots
 from tests.gguf_helpers import tiny_gguf
 
@@ -88,3 +88,52 @@ def test_training_lowers_loss_and_cut_model_exports(tiny_llama, tmp_path):
 
     with Engine(res["path"], EngineConfig(n_ctx=64, n_threads=1)) as eng:
         assert eng.meta("llama.block_count") == "1"
+
+
+def test_map_topk_keeps_mapped_entries_in_rank_order():
+    # target vocab of 6; ids 1 and 4 have no drafter token
+    t2d = np.array([10, -1, 12, 13, -1, 15])
+    slot = np.array([-2, 0, -1, 1])  # position 2 is an N-gram position
+    rows = np.array([0, 1])
+    idx = np.array([[1, 2, 0], [3, 4, 5]])
+    p = np.array([[0.5, 0.3, 0.1], [0.6, 0.2, 0.1]], dtype=np.float32)
+    top, prob, rest, t1m = map_topk(slot, rows, idx, p, t2d, 3)
+    assert top[1].tolist() == [12, 10, PAD] and top[3].tolist() == [13, 15, PAD]
+    assert (top[[0, 2]] == PAD).all() and (prob[[0, 2]] == 0).all()
+    assert prob[1].tolist() == pytest.approx([0.3, 0.1, 0.0], abs=1e-3)
+    assert rest.tolist() == pytest.approx([1.0, 0.6, 1.0, 0.3], abs=1e-3)
+    assert t1m.tolist() == [False, False, False, True]  # row 0's top-1 (id 1) does not map
+
+
+def test_trained_matrix_larger_than_a_file_round_trips(tmp_path):
+    import torch
+
+    from omnidraft.trainer import distill
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3000, 64))
+            self.b = torch.nn.Parameter(torch.randn(64))
+
+    m = M()
+    files = save_trained(m, {"w", "b"}, tmp_path, max_bytes=50_000)
+    assert len(files) > 3 and all(f.stat().st_size < 60_000 for f in files)
+    orig = distill.load_cut
+    try:
+        distill.load_cut = lambda *_: M()
+        back = distill.load_trained("unused", [0], tmp_path)
+    finally:
+        distill.load_cut = orig
+    with torch.no_grad():
+        assert torch.equal(back.b, m.b)
+        err = (back.w - m.w).abs().max() / m.w.abs().max()
+    assert float(err) < 1 / 127  # int8 per row, nothing lost between blocks
+
+
+def test_training_stops_at_max_steps(tiny_llama, tmp_path):
+    data = _tiny_data(tmp_path / "data.npz", 32000)
+    cfg = TrainConfig(data=str(data), draft_gguf=str(tiny_llama), layers="first1", out=str(tmp_path / "tr"),
+                      epochs=30, batch_tokens=160, max_steps=7, eval_every=1000, train_embeddings=False)
+    hist = train(cfg, progress=False)
+    assert hist["steps"] > 7 and hist["train"][-1]["step"] == 7 and hist["val"][-1]["step"] == 7

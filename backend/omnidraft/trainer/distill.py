@@ -1,5 +1,6 @@
-"""A shallow drafter distilled offline from the target: SmolLM2's vocabulary, embeddings, head and final norm
-with a few of its layers, trained with the project's hybrid loss (:mod:`omnidraft.trainer.loss`).
+"""A shallow drafter distilled offline from the target: SmolLM2's vocabulary, tied embedding/head and final
+norm with a few of its layers, trained (the embedding too, by default) with the project's hybrid loss
+(:mod:`omnidraft.trainer.loss`).
 
     omnidraft distill data     texts -> token ids of both vocabularies + alignment   (CPU, llama.cpp tokenizers)
     omnidraft distill teacher  + the target's continuations and top-k at every aligned position  (torch)
@@ -80,7 +81,8 @@ def generate(model, prompts: list[np.ndarray], n_new: int, temps: list[float], e
         ids, mask = ids.to(device), mask.to(device)
         temp = torch.tensor([temps[i] for i in grp], device=device, dtype=torch.float32)[:, None]
         pos = (mask.cumsum(1) - 1).clamp(min=0)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        # only the last row's logits: a full (rows x length x 152k) tensor would not fit for long prompts
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
         past, new = out.past_key_values, []
         for _ in range(n_new):
             logits = out.logits[:, -1].float()
@@ -131,6 +133,29 @@ def topk_at(model, seqs: list[np.ndarray], rows: list[np.ndarray], k: int, devic
     return res
 
 
+def map_topk(slot, rows, idx, p, t2d, k: int):
+    """Per drafter position: the target's top-k at its row mapped to drafter ids (unmapped entries dropped,
+    the mapped ones kept in rank order, PAD after them), their probabilities, the rest mass, and whether
+    the target's top-1 itself maps."""
+    n = len(slot)
+    top = np.full((n, k), PAD, dtype=np.uint16)
+    prob = np.zeros((n, k), dtype=np.float16)
+    rest = np.ones(n, dtype=np.float16)
+    t1m = np.zeros(n, dtype=bool)
+    dm = np.nonzero(slot >= 0)[0]
+    if len(dm):
+        m = np.searchsorted(rows, slot[dm])
+        mapped = t2d[idx[m]]
+        ok = mapped >= 0
+        order = np.argsort(~ok, axis=1, kind="stable")  # mapped entries first, in rank order
+        top[dm] = np.take_along_axis(np.where(ok, mapped, PAD), order, 1).astype(np.uint16)
+        pk = np.take_along_axis(np.where(ok, p[m], 0.0), order, 1)
+        prob[dm] = pk.astype(np.float16)
+        rest[dm] = np.maximum(0.0, 1.0 - pk.sum(1)).astype(np.float16)
+        t1m[dm] = ok[:, 0]
+    return top, prob, rest, t1m
+
+
 @dataclass
 class TeacherConfig:
     """The target's part: its continuations and its top-k at every directly mapped drafter position."""
@@ -140,7 +165,8 @@ class TeacherConfig:
     out: str = field(default=".distill/data.npz", metadata={"help": "training data npz"})
     device: str = field(default="cpu", metadata={"help": "torch device (cpu, cuda)"})
     topk: int = field(default=16, metadata={"help": "target probabilities kept per position"})
-    gen_tokens: int = field(default=64, metadata={"help": "tokens the target writes per prompt"})
+    gen_tokens: int = field(default=128, metadata={"help": "tokens the target writes per prompt"})
+    gen_batch: int = field(default=128, metadata={"help": "prompts of the longest length continued together"})
     temperature: float = field(default=0.7, metadata={"help": "temperature of the sampled half of the prompts"})
     batch_tokens: int = field(default=16384, metadata={"help": "padded tokens per teacher forward"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
@@ -189,7 +215,8 @@ def run_teacher(cfg: TeacherConfig, progress: bool = True) -> dict:
     temps = [0.0 if rng.random() < 0.5 else cfg.temperature for _ in g_t]
     t1 = time.perf_counter()
     with torch.no_grad():
-        outs = generate(model, g_t, cfg.gen_tokens, temps, eog, device, cfg.seed, progress=progress) if g_t else []
+        outs = (generate(model, g_t, cfg.gen_tokens, temps, eog, device, cfg.seed, cfg.gen_batch, progress)
+                if g_t else [])
     t_gen = time.perf_counter() - t1
     for i, out in enumerate(outs):
         d, s = continuation_alignment(g_d[i], out, len(g_t[i]), z["enc_ids"], z["enc_off"], z["direct"],
@@ -201,27 +228,11 @@ def run_teacher(cfg: TeacherConfig, progress: bool = True) -> dict:
         val.append(bool(z["g_val"][i]))
     rows = [np.unique(s[s >= 0]) for s in slot_l]
     tk = topk_at(model, t_seqs, rows, cfg.topk, device, cfg.batch_tokens, progress)
-    k = cfg.topk
     arr = {"ids": [], "kind": [], "top": [], "prob": [], "rest": [], "t1m": []}
     for i, s in enumerate(slot_l):
-        n = len(s)
         kind = np.where(s >= 0, 1, 2).astype(np.uint8)
         kind[s == -2] = 0
-        top = np.full((n, k), PAD, dtype=np.uint16)
-        prob = np.zeros((n, k), dtype=np.float16)
-        rest = np.ones(n, dtype=np.float16)
-        t1m = np.zeros(n, dtype=bool)
-        idx, p = tk[i]
-        where = {int(r): m for m, r in enumerate(rows[i])}
-        for j in np.nonzero(s >= 0)[0]:
-            m = where[int(s[j])]
-            mapped = t2d[idx[m]]
-            ok = mapped >= 0
-            c = int(ok.sum())
-            top[j, :c] = mapped[ok]
-            prob[j, :c] = p[m][ok]
-            rest[j] = max(0.0, 1.0 - float(p[m][ok].sum()))
-            t1m[j] = bool(ok[0])
+        top, prob, rest, t1m = map_topk(s, rows[i], *tk[i], t2d, cfg.topk)
         for key, v in (("ids", d_seqs[i].astype(np.uint16)), ("kind", kind), ("top", top), ("prob", prob),
                        ("rest", rest), ("t1m", t1m)):
             arr[key].append(v)
@@ -250,16 +261,17 @@ class TrainConfig:
 
     data: str = field(default=".distill/data.npz", metadata={"help": "output of `distill teacher`"})
     draft_gguf: str = field(default="smollm2-135m", metadata={"help": "the drafter to cut (name or GGUF path)"})
-    layers: str = field(default="first4", metadata={"help": "firstN, spreadN or a comma list of layer indices"})
+    layers: str = field(default="first8", metadata={"help": "firstN, spreadN or a comma list of layer indices"})
     out: str = field(default=".distill/trained", metadata={"help": "directory for the trained tensors"})
     device: str = field(default="cpu", metadata={"help": "torch device (cpu, cuda)"})
-    epochs: float = field(default=10.0, metadata={"help": "passes over the training positions"})
+    epochs: float = field(default=4.0, metadata={"help": "passes over the training positions"})
     batch_tokens: int = field(default=16384, metadata={"help": "padded drafter tokens per step"})
     lr: float = field(default=2e-3, metadata={"help": "peak AdamW learning rate (warm-up, then cosine)"})
     lam: float = field(default=0.2, metadata={"help": "lambda of L_N-gram in the hybrid loss"})
-    train_embeddings: bool = field(default=False, metadata={"help": "also train the (tied) embedding/head"})
+    train_embeddings: bool = field(default=True, metadata={"help": "also train the (tied) embedding/head"})
     eval_every: int = field(default=25, metadata={"help": "steps between validation points"})
     max_minutes: float = field(default=0.0, metadata={"help": "stop training after this long (0 = no limit)"})
+    max_steps: int = field(default=0, metadata={"help": "stop after this many steps, the schedule unchanged (0 = all)"})
     seed: int = field(default=0, metadata={"help": "seed of the batch order"})
 
 
@@ -432,7 +444,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict:
         hist["train"].append({"step": step + 1, "loss": info["loss"], "l_dm": info["l_dm"],
                               "l_ngram": info["l_ngram"]})
         bar.set_postfix(loss=f"{info['loss']:.3f}")
-        last = step + 1 == steps or (cfg.max_minutes and time.perf_counter() - t0 > 60 * cfg.max_minutes)
+        last = step + 1 == steps or step + 1 == cfg.max_steps or \
+            (cfg.max_minutes and time.perf_counter() - t0 > 60 * cfg.max_minutes)
         if (step + 1) % cfg.eval_every == 0 or last:
             hist["val"].append({"step": step + 1, **evaluate(model, data, device, cfg.batch_tokens)})
             log.info("step %d: %s", step + 1, hist["val"][-1])
@@ -461,12 +474,19 @@ def save_trained(model, names, out: Path, max_bytes: int = 15 << 20) -> list[Pat
             files.append(p)
             cur, size = {}, 0
 
+    chunks = []
     for n, w in sorted(state.items()):
-        if w.ndim == 2:
+        if w.ndim == 2:  # a matrix larger than a file (a trained embedding) is cut into row blocks n@0, n@1, ...
             scale = np.maximum(np.abs(w).max(1, keepdims=True), 1e-12) / 127.0
-            parts = {n + ".q": np.round(w / scale).astype(np.int8), n + ".s": scale.astype(np.float32)}
+            q, scale = np.round(w / scale).astype(np.int8), scale.astype(np.float32)
+            rows = max(1, (max_bytes // 2) // (w.shape[1] + 4))
+            blocks = range(0, len(w), rows)
+            for b in blocks:
+                key = n if len(blocks) == 1 else f"{n}@{b // rows}"
+                chunks.append({key + ".q": q[b: b + rows], key + ".s": scale[b: b + rows]})
         else:
-            parts = {n: w.astype(np.float32)}
+            chunks.append({n: w.astype(np.float32)})
+    for parts in chunks:
         nb = sum(v.nbytes for v in parts.values())
         if size + nb > max_bytes:
             flush()
@@ -481,16 +501,21 @@ def load_trained(draft_gguf: str, layers: list[int], trained_dir: Path):
     import torch
 
     model = load_cut(draft_gguf, layers)
-    state = {}
+    state, blocks = {}, {}
     for f in sorted(Path(trained_dir).glob("trained-*.npz")):
         z = np.load(f)
         for k in z.files:
             if k.endswith(".s"):
                 continue
-            if k.endswith(".q"):
-                state[k[:-2]] = torch.from_numpy(z[k].astype(np.float32) * z[k[:-2] + ".s"])
+            w = z[k].astype(np.float32) * z[k[:-2] + ".s"] if k.endswith(".q") else z[k]
+            name = k[:-2] if k.endswith(".q") else k
+            if "@" in name:
+                base, j = name.rsplit("@", 1)
+                blocks.setdefault(base, {})[int(j)] = w
             else:
-                state[k] = torch.from_numpy(z[k])
+                state[name] = torch.from_numpy(w)
+    for base, parts in blocks.items():
+        state[base] = torch.from_numpy(np.concatenate([parts[j] for j in sorted(parts)]))
     missing = [k for k in state if k not in dict(model.named_parameters())]
     if missing:
         raise ValueError(f"{trained_dir}: tensors not in the model: {missing[:4]}")
@@ -597,16 +622,16 @@ def register(sub) -> None:
     e = ps.add_parser("export", help="GGUF + llama.cpp check of trained layer choices, and the plot")
     e.add_argument("--trained", default=".distill/trained", help="directory of `distill train` outputs")
     e.add_argument("--draft-gguf", default="smollm2-135m", help="the drafter that was cut")
-    e.add_argument("--choices", default="first4", help="comma-separated layer choices to export")
+    e.add_argument("--choices", default="first8", help="comma-separated layer choices to export")
     e.add_argument("--qtype", default="q8_0", help="quantization of the trained layers")
     e.add_argument("--embed-type", default="q4_1", help="quantization of the frozen embedding/head ('' = qtype)")
     e.add_argument("--out", default="models", help="directory for the GGUFs")
     e.add_argument("--results", default="results", help="directory for the plot and JSON")
     e.set_defaults(func=_cmd_export)
     a = ps.add_parser("all", help="data, teacher, train and export in a row",
-                      epilog="Example: omnidraft distill all --device cuda --choices first2,first4")
+                      epilog="Example: omnidraft distill all --device cuda --choices first4,first8")
     a.add_argument("--device", default="cpu", help="torch device for teacher and training")
-    a.add_argument("--choices", default="first4", help="comma-separated layer choices")
+    a.add_argument("--choices", default="first8", help="comma-separated layer choices")
     a.add_argument("--seed", type=int, default=0, help="seed of every step")
     a.add_argument("--small", action="store_true", help="a CPU-sized run (fewer examples, one epoch)")
     a.add_argument("--out", default="models", help="directory for the GGUFs")

@@ -96,8 +96,9 @@ def code_files(seed: int) -> list[Path]:
     return files
 
 
-def code_cuts(seed: int, chars: int = 1400) -> Iterator[str]:
-    """Windows of source starting at a def/class line (or a random line), ``chars`` long, cut at a line end."""
+def code_cuts(seed: int, chars: int = 1400, per_file: int = 2) -> Iterator[str]:
+    """Windows of source starting at a def/class line (or a random line), ``chars`` long, cut at a line end;
+    up to ``per_file`` windows from one file, one per 40,000 / ``per_file`` characters of it."""
     rng = random.Random(seed + 1)
     for p in code_files(seed):
         try:
@@ -108,7 +109,7 @@ def code_cuts(seed: int, chars: int = 1400) -> Iterator[str]:
             continue
         lines = src.splitlines(keepends=True)
         heads = [i for i, ln in enumerate(lines) if ln.lstrip().startswith(("def ", "class ", "async def "))]
-        for _ in range(min(2, 1 + len(src) // 20000)):
+        for _ in range(min(per_file, 1 + len(src) * per_file // 40000)):
             start = rng.choice(heads) if heads and rng.random() < 0.8 else rng.randrange(len(lines))
             text, n = "", start
             while n < len(lines) and len(text) < chars:
@@ -225,10 +226,11 @@ class PrepConfig:
     draft: str = field(default="smollm2-135m", metadata={"help": "drafter whose vocabulary the data is aligned to"})
     out: str = field(default=".distill/texts.npz", metadata={"help": "output npz"})
     seed: int = field(default=0, metadata={"help": "seed of every choice (files, cuts, split)"})
-    code: int = field(default=4000, metadata={"help": "teacher-forced code windows"})
-    chat: int = field(default=2000, metadata={"help": "teacher-forced ShareGPT conversations"})
-    gen_code: int = field(default=1200, metadata={"help": "code prompts the target continues"})
-    gen_chat: int = field(default=600, metadata={"help": "chat prompts the target continues"})
+    code: int = field(default=16000, metadata={"help": "teacher-forced code windows"})
+    chat: int = field(default=7000, metadata={"help": "teacher-forced ShareGPT conversations"})
+    gen_code: int = field(default=12000, metadata={"help": "code prompts the target continues"})
+    gen_chat: int = field(default=3500, metadata={"help": "chat prompts the target continues"})
+    windows_per_file: int = field(default=8, metadata={"help": "most code windows cut from one source file"})
     max_tokens: int = field(default=256, metadata={"help": "target tokens per teacher-forced example"})
     val_share: float = field(default=0.03, metadata={"help": "share of examples kept for the validation curve"})
 
@@ -288,7 +290,7 @@ def prepare(cfg: PrepConfig, progress: bool = True) -> dict:
 
     total = cfg.code + cfg.chat + cfg.gen_code + cfg.gen_chat
     bar = tqdm(total=total, desc="distill data: tokenise + align", disable=not progress)
-    code = code_cuts(cfg.seed)
+    code = code_cuts(cfg.seed, per_file=cfg.windows_per_file)
     for i in range(cfg.code + cfg.gen_code):
         text = next(code, None)
         if text is None:
