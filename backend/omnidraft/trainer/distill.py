@@ -624,7 +624,7 @@ def register(sub) -> None:
     e.add_argument("--draft-gguf", default="smollm2-135m", help="the drafter that was cut")
     e.add_argument("--choices", default="first8", help="comma-separated layer choices to export")
     e.add_argument("--qtype", default="q8_0", help="quantization of the trained layers")
-    e.add_argument("--embed-type", default="q4_1", help="quantization of the frozen embedding/head ('' = qtype)")
+    e.add_argument("--embed-type", default="q4_1", help="quantization of the embedding/head ('' = qtype)")
     e.add_argument("--out", default="models", help="directory for the GGUFs")
     e.add_argument("--results", default="results", help="directory for the plot and JSON")
     e.set_defaults(func=_cmd_export)
