@@ -97,3 +97,21 @@ def test_gamma_policy_stops_when_cumulative_rejection_risk_exceeds_gamma():
     unsure = DraftFeatures(1, 1, 0.2, 2.0, 0.05)
     assert stop.keep_going(0, confident)
     assert not stop.keep_going(1, unsure)
+
+
+def test_cost_stop_rule_looks_past_a_costly_batch_size_to_a_cheaper_larger_one():
+    # T_verify(n) as measured for the 1.5B Q4_0 here: a 4-token pass is cheaper than a 3-token one
+    t = {1: 0.074, 2: 0.112, 3: 0.152, 4: 0.127, 5: 0.167, 6: 0.206}
+    pol = DraftPolicy(PolicyConfig(name="cost", k=4))
+    for n, s in t.items():  # timed by this session, as after a few steps
+        for _ in range(3):
+            pol.observe(StepOutcome(n - 1, 0, drafted=max(n - 1, 1), verify_s=s, draft_s=0.005 * max(n - 1, 1)))
+    f = DraftFeatures(0, 0, 0.9, 0.1, 0.8)
+    p = pol.predictor.predict(f)
+    assert 0.3 < p < 0.85, p  # the untrained predictor's prior, where the costly 3-token pass matters
+    stop = pol.stop_rule()
+    # one more token alone (2 drafts, a 3-token pass) loses to stopping at 1 ...
+    one_more = (1 + p + p * p) / (t[3] + 2 * 0.005)
+    assert one_more < (1 + p) / (t[2] + 0.005)
+    # ... but 3 drafts (a 4-token pass) win, so the rule keeps drafting through depth 1 to reach them
+    assert stop.keep_going(0, f) and stop.keep_going(1, f)

@@ -70,13 +70,23 @@ class StopRule:
         self.expected += self.reach
         if name == "gamma":
             return 1.0 - self.reach <= self.cfg.gamma
-        # cost: is one more token (assumed as likely as this one) worth its draft and verify time?
+        # cost: does drafting on (each further token assumed as likely as this one) beat stopping here?
+        # Every longer timed length is compared, not just the next: T_verify(n) need not grow with n (the
+        # repacked Q4_0 GEMM makes a 4-token pass cheaper than a 3-token one), and a one-step look would
+        # stop before the cheap size.
         n = depth + 1
         if n + 2 >= len(self.t_verify) or not self.timed[n + 2] or not self.timed[n + 1]:
             return f.p_top1 >= self.cfg.p_min  # no timing for a longer batch yet: confidence rule
         now = self.expected / (self.t_verify[n + 1] + n * self.t_draft)
-        more = (self.expected + self.reach * p) / (self.t_verify[n + 2] + (n + 1) * self.t_draft)
-        return more > now
+        tokens, reach = self.expected, self.reach
+        for m in range(n + 1, len(self.t_verify) - 1):
+            if not self.timed[m + 1]:
+                break
+            reach *= p
+            tokens += reach
+            if tokens / (self.t_verify[m + 1] + m * self.t_draft) > now:
+                return True
+        return False
 
 
 class DraftPolicy:
