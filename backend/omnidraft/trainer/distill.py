@@ -507,8 +507,10 @@ def load_trained(draft_gguf: str, layers: list[int], trained_dir: Path):
         for k in z.files:
             if k.endswith(".s"):
                 continue
-            w = z[k].astype(np.float32) * z[k[:-2] + ".s"] if k.endswith(".q") else z[k]
-            name = k[:-2] if k.endswith(".q") else k
+            if k.endswith(".q"):
+                name, w = k[:-2], z[k].astype(np.float32) * z[k[:-2] + ".s"]
+            else:
+                name, w = k, z[k]
             if "@" in name:
                 base, j = name.rsplit("@", 1)
                 blocks.setdefault(base, {})[int(j)] = w
