@@ -176,10 +176,13 @@ def run_modes(model: Path, threads: int, n_gpu_layers: int = 0) -> dict:
     """In this process: logits of one-token and batched decoding in both modes (what the child does)."""
     from .engine import Engine, EngineConfig
 
+    from .llama_build import sbq4_active
+
     fault = os.environ.get(PROBE_FAULT_ENV, "")
     ids = _token_ids(0)
     prefix, seq = ids[:PREFIX], ids[PREFIX:PREFIX + MAX_BATCH]
-    out: dict = {"threads": threads, "gpu_layers": n_gpu_layers, "modes": {}}
+    out: dict = {"threads": threads, "gpu_layers": n_gpu_layers, "modes": {},
+                 "sbq4": sbq4_active() if not n_gpu_layers else 0}
     for mode in ("exact", "fast"):
         eng = Engine(model, EngineConfig(n_ctx=256, n_threads=threads, batch_invariant=(mode == "exact"),
                                          n_gpu_layers=n_gpu_layers))
@@ -234,6 +237,10 @@ def judge(data: dict, weights: dict[str, np.ndarray]) -> tuple[bool, str, dict]:
                                                            single[:len(b)].astype(np.float32))), default=0)
     fig["fast_vs_exact"] = _rel(np.asarray(data["modes"]["fast"]["single"]),
                                 np.asarray(data["modes"]["exact"]["single"]))
+    if data.get("sbq4") and fig["fast_bit_identical_batches"] < MAX_BATCH:
+        # the small-batch kernel computes every row alike whatever the batch: anything else is a bug
+        return False, (f"small-batch Q4_0 kernel: fast-mode batches beyond "
+                       f"{fig['fast_bit_identical_batches']} rows are not bit-identical to one-token decoding"), fig
     for key, tol in (("exact_vs_reference", REL_TOL_REFERENCE), ("fast_vs_reference", REL_TOL_REFERENCE),
                      ("exact_batch_vs_single", REL_TOL_BATCH), ("fast_batch_vs_single", REL_TOL_BATCH),
                      ("fast_vs_exact", REL_TOL_BATCH)):
@@ -277,13 +284,17 @@ def probe(threads: int = 0, timeout: float = 180.0, workdir: Path | None = None,
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             return ProbeResult(False, f"llama.cpp build check FAILED: the probe exited {proc.returncode}: {tail}",
                                threads, secs)
-        ok, why, fig = judge(json.loads(result.read_text()), weights)
+        data = json.loads(result.read_text())
+        ok, why, fig = judge(data, weights)
+        fig["sbq4"] = data.get("sbq4", 0)
     if not ok:
         return ProbeResult(False, f"llama.cpp build check FAILED: {why}", threads, secs, fig)
     where = f"{threads} threads" + (" + GPU offload" if n_gpu_layers else "")
     line = (f"llama.cpp build check passed: both engine modes on {where} match a numpy reference "
             f"(max {max(fig['exact_vs_reference'], fig['fast_vs_reference']):.2g} of the logits' spread), "
             f"batches of 1-{MAX_BATCH} agree with one-token decoding")
+    if fig.get("sbq4"):
+        line += f"; small-batch Q4_0 kernel on, fast batches of 1-{MAX_BATCH} bit-identical"
     return ProbeResult(True, line, threads, secs, fig)
 
 

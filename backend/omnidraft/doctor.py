@@ -62,7 +62,21 @@ def build_section() -> tuple[list[str], list[str]]:
             lines.append("build uses what this CPU does not advertise: " + ", ".join(over))
             return lines, [f"build uses instructions this CPU lacks: {', '.join(over)}"]
     lines.append("llamafile kernels: " + ("ON (breaks exactness)" if feats.get("llamafile") else "off (needed)"))
+    lines.append("small-batch Q4_0 kernel: " + _sbq4_line())
     return lines, llama_build.problems()
+
+
+_SBQ4_NAMES = {0: "compiled in but idle (no AVX2 in this build)", 1: "AVX2", 2: "AVX-VNNI (256-bit)",
+               3: "AVX-512 VNNI"}
+
+
+def _sbq4_line() -> str:
+    variant = llama_build.sbq4_variant()
+    if variant is None:
+        return ("not in this build (upstream sources: ARM, or OMNIDRAFT_SBQ4=0 at setup); Q4_0 batches use "
+                "ggml's kernels" if llama_build.is_x86() else "not in this build (x86 only); ggml's ARM kernels run")
+    state = "on" if llama_build.sbq4_active() else "off for this process (OMNIDRAFT_SBQ4=0)"
+    return f"{_SBQ4_NAMES.get(variant, variant)}, {state}: fast-mode Q4_0 batches of 1-8 rows, bit-identical to decoding"
 
 
 def _cxx_runtime() -> str:

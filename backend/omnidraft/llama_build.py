@@ -13,22 +13,38 @@ Two rules, both checked here:
   probe (an ISA the CPU advertises but the OS does not enable), setup rebuilds at the ``safe`` tier
   (x86-64-v3: AVX2/FMA/F16C) and then ``baseline`` (SSE4.2).
 
+On x86 the build also carries omnidraft's small-batch Q4_0 kernel (``llama_patch/``: ``sbq4.cpp`` and a
+20-line hook into ggml's repacked-weight path): 1..8 rows of a Q4_0 product in one pass over the weights,
+each row bit-identical to one-row decoding.  ``source`` prepares the patched sources; setup builds them
+first and, if the build probe fails, builds the upstream sources instead.  ``OMNIDRAFT_SBQ4=0`` turns it
+off: at setup it builds the upstream sources, at run time it sends products back to ggml's own kernels.
+
 Run as a plain script by scripts/setup.sh and android_demo/termux/setup.sh, before omnidraft itself is
 installed, so: standard library (plus llama_cpp for ``check``) only.
 
     python llama_build.py check            exit 0 if the installed build is right, 1 if not
     python llama_build.py cmake-args TIER  print CMAKE_ARGS for TIER = native | safe | baseline
+    python llama_build.py wants-kernel     exit 0 if setup should build the small-batch kernel here
+    python llama_build.py source DIR       download the pinned sdist into DIR, apply the kernel patch,
+                                           print the source tree's path (x86 only; exit 1 elsewhere)
 """
 
 from __future__ import annotations
 
 import ctypes
 import glob
+import hashlib
 import os
 import platform
+import shutil
+import subprocess
 import sys
+import tarfile
 
 VERSION = "0.3.36"
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+PATCH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llama_patch")
+GGML_CPU = os.path.join("vendor", "llama.cpp", "ggml", "src", "ggml-cpu")
 TIERS = ("native", "safe", "baseline")
 COMMON = ["-DLLAVA_BUILD=OFF", "-DGGML_LLAMAFILE=OFF"]
 
@@ -147,15 +163,87 @@ def is_suitable() -> bool:
     return not problems()
 
 
+def sbq4_variant() -> int | None:
+    """The small-batch kernel the installed build carries: 0 none, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI;
+    None for a build without the patch."""
+    lib = _cpu_lib()
+    fn = getattr(lib, "ggml_cpu_sbq4_variant", None) if lib is not None else None
+    return int(fn()) if fn is not None else None
+
+
+def sbq4_wanted() -> bool:
+    """Whether setup should build the small-batch kernel here: x86, and not turned off."""
+    return is_x86() and os.environ.get("OMNIDRAFT_SBQ4", "") != "0"
+
+
+def sbq4_active() -> int:
+    """The variant the fast mode's Q4_0 products run through now (0: ggml's own kernels), taking
+    ``OMNIDRAFT_SBQ4=0`` (run-time off) into account."""
+    if os.environ.get("OMNIDRAFT_SBQ4", "") == "0":
+        return 0
+    return sbq4_variant() or 0
+
+
+# ------------------------------------------------------------- the patched sources
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _download_sdist(dest: str) -> str:
+    name = os.path.join(dest, f"llama_cpp_python-{VERSION}.tar.gz")
+    if not (os.path.isfile(name) and _sha256(name) == SDIST_SHA256):
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                        "-d", dest, f"llama-cpp-python=={VERSION}"], check=True)
+    if _sha256(name) != SDIST_SHA256:
+        raise SystemExit(f"{name}: sha256 differs from the pinned {SDIST_SHA256}")
+    return name
+
+
+def _apply(patch: str, tree: str) -> None:
+    """Apply a unified diff with patch(1), or git apply where patch is missing."""
+    if shutil.which("patch"):
+        cmd = ["patch", "-p1", "--forward", "--quiet", "-i", patch]
+    else:
+        cmd = ["git", "apply", "-p1", patch]
+    subprocess.run(cmd, cwd=tree, check=True)
+
+
+def prepare_source(dest: str) -> str:
+    """The pinned llama-cpp-python sources with the small-batch kernel, ready for ``pip install DIR``."""
+    if not is_x86():
+        raise SystemExit("the small-batch kernel is x86-only; ARM builds keep ggml's kernels")
+    os.makedirs(dest, exist_ok=True)
+    sdist = _download_sdist(dest)
+    tree = os.path.join(dest, f"llama_cpp_python-{VERSION}")
+    shutil.rmtree(tree, ignore_errors=True)  # always from a clean extract: the patch applies once
+    with tarfile.open(sdist) as tar:
+        tar.extractall(dest, filter="data")
+    for name in ("sbq4.cpp", "sbq4.h"):
+        shutil.copy(os.path.join(PATCH_DIR, name), os.path.join(tree, GGML_CPU, name))
+    _apply(os.path.join(PATCH_DIR, "sbq4-hook.patch"), tree)
+    return tree
+
+
 def main(argv: list[str]) -> int:
     cmd = argv[0] if argv else "check"
-    if cmd == "check":
+    if cmd == "check":  # setup's question: is a (re)build needed?
         why = problems()
+        if not why and sbq4_wanted() and sbq4_variant() is None:
+            why = ["built without omnidraft's small-batch Q4_0 kernel"]
         for line in why:
             print(f"llama.cpp build: {line}", file=sys.stderr)
         return 0 if not why else 1
     if cmd == "cmake-args":
         print(" ".join(cmake_args(argv[1] if len(argv) > 1 else "native")))
+        return 0
+    if cmd == "wants-kernel":
+        return 0 if sbq4_wanted() else 1
+    if cmd == "source" and len(argv) == 2:
+        print(prepare_source(argv[1]))
         return 0
     print(__doc__, file=sys.stderr)
     return 2
