@@ -30,7 +30,13 @@ _TYPES = {
     "q5_k_m": "MOSTLY_Q5_K_M", "q6_k": "MOSTLY_Q6_K", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16",
     "f32": "ALL_F32",
 }
-QUANT_TYPES: tuple[str, ...] = tuple(k for k, v in _TYPES.items() if hasattr(llama_cpp, "LLAMA_FTYPE_" + v))
+# "_pure" (llama-quantize's --pure): every tensor in the one type, the output head included.  q4_0_pure is
+# the x86 speed format: its head runs through the same small-batch kernel as every other product, so a
+# verification pass of up to 8 tokens is bit-identical to decoding and little dearer than one.
+PURE = "_pure"
+_PURE_TYPES = ("q4_0", "q8_0")
+QUANT_TYPES: tuple[str, ...] = tuple(k for k, v in _TYPES.items() if hasattr(llama_cpp, "LLAMA_FTYPE_" + v)) + \
+    tuple(t + PURE for t in _PURE_TYPES)
 
 
 def ftype_of(qtype: str) -> int:
@@ -38,7 +44,7 @@ def ftype_of(qtype: str) -> int:
     key = qtype.lower().replace("-", "_")
     if key not in QUANT_TYPES:
         raise BadRequest(f"unknown quantization type {qtype!r}; valid types: {', '.join(QUANT_TYPES)}")
-    return getattr(llama_cpp, "LLAMA_FTYPE_" + _TYPES[key])
+    return getattr(llama_cpp, "LLAMA_FTYPE_" + _TYPES[key.removesuffix(PURE)])
 
 
 def quantize(src: str | os.PathLike, dst: str | os.PathLike, qtype: str,
@@ -61,6 +67,7 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, qtype: str,
     params.ftype = ftype
     params.nthread = nthreads
     params.allow_requantize = allow_requantize
+    params.pure = qtype.lower().replace("-", "_").endswith(PURE)
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
     os.close(fd)
     try:

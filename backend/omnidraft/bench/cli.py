@@ -4,6 +4,7 @@
     omnidraft bench run --preset full         # both Qwen targets, all sets, k = 1..6, sampled too
     omnidraft bench costmodel                 # T_verify(n), T_draft; quantization and thread sweep
     omnidraft bench kernels                   # fidelity and pass times of the exact and fast kernel modes
+    omnidraft bench passes                    # T(n) per kernel build (small-batch kernel, ggml's, upstream)
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ def register(sub) -> None:
                     help="prefix lengths after which 8 positions are compared (about 35 rows each)")
     kk.add_argument("--out", default="results", help="directory for the JSON and markdown")
     kk.set_defaults(func=_cmd_kernels)
+
+    from . import passes
+
+    pp = bs.add_parser("passes", help="T(n) of a target pass per kernel build, beside this CPU's roofline",
+                       description=passes.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    passes.add_arguments(pp)
+    pp.set_defaults(func=passes.cmd_passes)
 
     c = bs.add_parser("costmodel", help="measure T_verify(n), T_draft; sweep quantization and threads",
                       description="Times target passes of n = 1..8 tokens and one drafter token, for each "
