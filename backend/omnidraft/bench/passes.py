@@ -98,6 +98,34 @@ def _table(target: str, threads: int, res: dict, floor: list[float], ceiling) ->
     return lines + [""]
 
 
+def plot(data: dict, path: Path) -> None:
+    """T(n) in ms per kernel and the roofline, one panel per (target, threads)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = data["runs"]
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.6), squeeze=False)
+    ns = list(range(1, MAX_N + 1))
+    for ax, run in zip(axes[0], runs):
+        for kernel, r in run["kernels"].items():
+            ax.plot(ns, [r["t_ms"][str(n)] if str(n) in r["t_ms"] else r["t_ms"][n] for n in ns], marker="o",
+                    label=kernel)
+        ax.plot(ns, run["roofline_ms"], "k--", label="roofline")
+        ax.set_title(f"{run['target']}\n{run['threads']} thread(s)", fontsize=9)
+        ax.set_xlabel("tokens in the pass (n)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("T(n), ms")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"One target pass over n tokens: {data['machine']['cpu']}, {data['machine']['cores']} cores",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--targets", default="qwen2.5-coder-1.5b:q4_0_pure,qwen2.5-coder-1.5b:q4_0",
                    help="comma-separated targets (NAME:QTYPE = requantized copy, made on first use)")
@@ -149,7 +177,8 @@ def cmd_passes(args) -> int:
     tag = time.strftime("%Y%m%d-%H%M%S")
     report.write_json(out / f"passes-{tag}.json", data)
     (out / f"passes-{tag}.md").write_text("\n".join(md) + "\n")
-    print(f"wrote {out}/passes-{tag}.json and .md")
+    plot(data, out / f"passes-{tag}.png")
+    print(f"wrote {out}/passes-{tag}.json, .md and .png")
     return 0
 
 
