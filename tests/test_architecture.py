@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1] / "backend" / "omnidraft"
 
 CORE = {"chat", "codec", "costmodel", "drafters", "engine", "errors", "generator", "invariance", "llama_log",
         "methods", "ngram_cache", "policy", "predictor", "seq", "textstream", "translator", "verifier",
-        "vocab_bridge", "models", "llama_build", "buildprobe", "httpguard", "cliutil"}
+        "vocab_bridge", "models", "llama_build", "buildprobe", "httpguard", "cliutil", "corpora"}
 CONTRACT = {"records", "outbox", "registry", "rates"}
 TRAINER_PROCESS = {"trainer.service", "trainer.export", "trainer.loss", "trainer.model", "trainer.store",
                    "trainer.cli"}

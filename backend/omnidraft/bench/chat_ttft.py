@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def conversations(n: int, turns: int, max_chars: int = 600) -> list[list[dict]]:
-    from ..trainer.distill_data import sharegpt_conversations, sharegpt_heldout
+    from ..corpora import sharegpt_conversations, sharegpt_heldout
 
     roles = {"human": "user", "gpt": "assistant"}
     out = []

