@@ -35,7 +35,9 @@ build_llama() {  # $1 = native | safe | baseline, $2 = patched | upstream
   local args="${CMAKE_ARGS:-$("$VENV/bin/python" backend/omnidraft/llama_build.py cmake-args "$1")}"
   local src="llama-cpp-python==0.3.36"
   if [ "$2" = patched ]; then
-    src="$("$VENV/bin/python" backend/omnidraft/llama_build.py source "$BUILD_DIR")"
+    src="$("$VENV/bin/python" backend/omnidraft/llama_build.py source "$BUILD_DIR")" || {
+      echo "[setup] the kernel patch could not be applied: building the upstream sources" >&2
+      src="llama-cpp-python==0.3.36"; }
   fi
   echo "[setup] building llama-cpp-python 0.3.36 ($1 tier, $2 sources, about 4 minutes): $args"
   CMAKE_ARGS="$args" "$VENV/bin/python" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$src"

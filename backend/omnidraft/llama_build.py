@@ -195,7 +195,9 @@ def _sha256(path: str) -> str:
 
 def _download_sdist(dest: str) -> str:
     name = os.path.join(dest, f"llama_cpp_python-{VERSION}.tar.gz")
-    if not (os.path.isfile(name) and _sha256(name) == SDIST_SHA256):
+    if os.path.isfile(name) and _sha256(name) != SDIST_SHA256:
+        os.remove(name)  # a partial or foreign file: pip would keep it as "already downloaded"
+    if not os.path.isfile(name):
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
                         "-d", dest, f"llama-cpp-python=={VERSION}"], check=True)
     if _sha256(name) != SDIST_SHA256:
@@ -243,7 +245,11 @@ def main(argv: list[str]) -> int:
     if cmd == "wants-kernel":
         return 0 if sbq4_wanted() else 1
     if cmd == "source" and len(argv) == 2:
-        print(prepare_source(argv[1]))
+        try:
+            print(prepare_source(argv[1]))
+        except (OSError, subprocess.CalledProcessError, tarfile.TarError) as e:
+            print(f"llama_build source: could not prepare the patched sources: {e}", file=sys.stderr)
+            return 1
         return 0
     print(__doc__, file=sys.stderr)
     return 2
