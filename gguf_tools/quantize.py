@@ -39,9 +39,13 @@ QUANT_TYPES: tuple[str, ...] = tuple(k for k, v in _TYPES.items() if hasattr(lla
     tuple(t + PURE for t in _PURE_TYPES)
 
 
+def _key(qtype: str) -> str:
+    return qtype.lower().replace("-", "_")
+
+
 def ftype_of(qtype: str) -> int:
     """The LLAMA_FTYPE_* value for a type name such as 'q4_k_m' (case-insensitive)."""
-    key = qtype.lower().replace("-", "_")
+    key = _key(qtype)
     if key not in QUANT_TYPES:
         raise BadRequest(f"unknown quantization type {qtype!r}; valid types: {', '.join(QUANT_TYPES)}")
     return getattr(llama_cpp, "LLAMA_FTYPE_" + _TYPES[key.removesuffix(PURE)])
@@ -67,7 +71,7 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, qtype: str,
     params.ftype = ftype
     params.nthread = nthreads
     params.allow_requantize = allow_requantize
-    params.pure = qtype.lower().replace("-", "_").endswith(PURE)
+    params.pure = _key(qtype).endswith(PURE)
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
     os.close(fd)
     try:

@@ -8,9 +8,6 @@ read at every product), and make the invariance probe report 8 bit-identical row
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -116,21 +113,19 @@ def test_invariance_probe_reports_eight_identical_rows(pure_target):
 
 # ---------------------------------------------------------------- the patch itself
 def test_patch_applies_to_the_pinned_sources(tmp_path):
-    """The hook still applies to the pinned sdist (setup keeps a copy under .venv/src), and the kernel
-    files land where the hook includes them from."""
+    """Setup's own patch step still applies to the pinned sdist (setup keeps a copy under .venv/src): the
+    kernel files land where the hook includes them from, and the hook is in the sources it changes."""
     sdists = list(Path(".venv/src").glob(f"llama_cpp_python-{llama_build.VERSION}.tar.gz"))
     if not sdists:
         if CI and llama_build.is_x86():
             pytest.fail("setup should have left the pinned sdist in .venv/src")
         pytest.skip("no pinned sdist here (setup did not build the patched sources)")
-    with tarfile.open(sdists[0]) as tar:
-        tar.extractall(tmp_path, filter="data")
-    tree = tmp_path / f"llama_cpp_python-{llama_build.VERSION}"
-    patch = Path(llama_build.PATCH_DIR) / "sbq4-hook.patch"
-    tool = ["patch", "-p1", "--dry-run", "-i", str(patch)] if shutil.which("patch") else \
-        ["git", "apply", "--check", "-p1", str(patch)]
-    subprocess.run(tool, cwd=tree, check=True, capture_output=True)
-    assert (tree / llama_build.GGML_CPU / "repack.cpp").is_file()
+    tree = Path(llama_build.extract(str(sdists[0]), str(tmp_path)))
+    llama_build.patch_tree(str(tree))
+    ggml_cpu = tree / llama_build.GGML_CPU
+    assert (ggml_cpu / "sbq4.cpp").is_file() and (ggml_cpu / "sbq4.h").is_file()
+    assert "ggml_sbq4_mul_mat" in (ggml_cpu / "repack.cpp").read_text()
+    assert "ggml-cpu/sbq4.cpp" in (ggml_cpu / "CMakeLists.txt").read_text()
 
 
 def test_build_probe_checks_the_kernel(monkeypatch):

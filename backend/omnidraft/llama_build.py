@@ -171,21 +171,24 @@ def sbq4_variant() -> int | None:
     return int(fn()) if fn is not None else None
 
 
+def _sbq4_off() -> bool:
+    """``OMNIDRAFT_SBQ4=0``: the same test sbq4.cpp makes at every product."""
+    return os.environ.get("OMNIDRAFT_SBQ4", "") == "0"
+
+
 def sbq4_wanted() -> bool:
     """Whether setup should build the small-batch kernel here: x86, and not turned off."""
-    return is_x86() and os.environ.get("OMNIDRAFT_SBQ4", "") != "0"
+    return is_x86() and not _sbq4_off()
 
 
 def sbq4_active() -> int:
     """The variant the fast mode's Q4_0 products run through now (0: ggml's own kernels), taking
     ``OMNIDRAFT_SBQ4=0`` (run-time off) into account."""
-    if os.environ.get("OMNIDRAFT_SBQ4", "") == "0":
-        return 0
-    return sbq4_variant() or 0
+    return 0 if _sbq4_off() else sbq4_variant() or 0
 
 
 # ------------------------------------------------------------- the patched sources
-def _sha256(path: str) -> str:
+def _sha256(path: str) -> str:  # models.sha256_file's twin: this file runs before omnidraft is installed
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -214,19 +217,29 @@ def _apply(patch: str, tree: str) -> None:
     subprocess.run(cmd, cwd=tree, check=True)
 
 
+def extract(sdist: str, dest: str) -> str:
+    """A clean extract of the pinned sdist in ``dest`` (the patch applies once); the tree's path."""
+    tree = os.path.join(dest, f"llama_cpp_python-{VERSION}")
+    shutil.rmtree(tree, ignore_errors=True)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(dest, filter="data")
+    return tree
+
+
+def patch_tree(tree: str) -> None:
+    """Put the kernel into an extracted source tree: its two files, then the hook."""
+    for name in ("sbq4.cpp", "sbq4.h"):
+        shutil.copy(os.path.join(PATCH_DIR, name), os.path.join(tree, GGML_CPU, name))
+    _apply(os.path.join(PATCH_DIR, "sbq4-hook.patch"), tree)
+
+
 def prepare_source(dest: str) -> str:
     """The pinned llama-cpp-python sources with the small-batch kernel, ready for ``pip install DIR``."""
     if not is_x86():
         raise SystemExit("the small-batch kernel is x86-only; ARM builds keep ggml's kernels")
     os.makedirs(dest, exist_ok=True)
-    sdist = _download_sdist(dest)
-    tree = os.path.join(dest, f"llama_cpp_python-{VERSION}")
-    shutil.rmtree(tree, ignore_errors=True)  # always from a clean extract: the patch applies once
-    with tarfile.open(sdist) as tar:
-        tar.extractall(dest, filter="data")
-    for name in ("sbq4.cpp", "sbq4.h"):
-        shutil.copy(os.path.join(PATCH_DIR, name), os.path.join(tree, GGML_CPU, name))
-    _apply(os.path.join(PATCH_DIR, "sbq4-hook.patch"), tree)
+    tree = extract(_download_sdist(dest), dest)
+    patch_tree(tree)
     return tree
 
 

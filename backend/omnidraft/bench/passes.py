@@ -153,11 +153,9 @@ def cmd_passes(args) -> int:
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     if args.upstream and "upstream" not in kernels:
         kernels.append("upstream")
-    ceilings = roofline.measure(threads_list)
     command = (f"omnidraft bench passes --targets {args.targets} --threads-list {args.threads_list} "
                f"--kernels {','.join(kernels)} --rounds {args.rounds}" + (" --upstream DIR" if args.upstream else ""))
-    data = {"command": command, "machine": report.machine(),
-            "roofline_at_start": {t: vars(c) for t, c in ceilings.items()}, "runs": []}
+    data = {"command": command, "machine": report.machine(), "runs": []}
     md = [f"# Target pass cost T(n), {time.strftime('%Y-%m-%d %H:%M')}", "", f"Command: `{command}`", "",
           f"Machine: {data['machine']['cpu']}, {data['machine']['cores']} cores", ""]
     for target in [x.strip() for x in args.targets.split(",") if x.strip()]:
@@ -165,12 +163,12 @@ def cmd_passes(args) -> int:
         nbytes, params = roofline.model_weights(path)
         for threads in threads_list:
             res = measure(path, threads, kernels, args.upstream, args.rounds)
-            ceilings[threads] = roofline.measure([threads])[threads]  # right after: the machine drifts
-            floor = [ceilings[threads].floor_ms(nbytes, params, n) for n in range(1, MAX_N + 1)]
+            ceiling = roofline.measure([threads])[threads]  # right after the timings: the machine drifts
+            floor = [ceiling.floor_ms(nbytes, params, n) for n in range(1, MAX_N + 1)]
             data["runs"].append({"target": target, "file": path.name, "weight_bytes": nbytes, "weights": params,
-                                 "threads": threads, "roofline": vars(ceilings[threads]), "roofline_ms": floor,
+                                 "threads": threads, "roofline": vars(ceiling), "roofline_ms": floor,
                                  "kernels": res})
-            table = _table(target, threads, res, floor, ceilings[threads])
+            table = _table(target, threads, res, floor, ceiling)
             md += table
             print("\n".join(table), flush=True)
     out = Path(args.out)
