@@ -52,9 +52,9 @@ namespace {
 constexpr int QK = 32;          // values per Q4_0 / activation block
 constexpr int GROUP_BYTES = GROUP_BYTES_C;
 // Software prefetch distance: 64 blocks (9 KiB) ahead.  With the multiply-adds of several rows between
-// loads, the hardware prefetcher alone falls behind: on the 2-core EPYC an 8-row pass took 40 ms without
-// this and 24 ms with it (a decode 16.5 -> 15.5 ms).  The blocks of consecutive groups are contiguous,
-// and a prefetch past the end of the weights is harmless.
+// loads, the hardware prefetcher alone falls behind: on the 2-core EPYC an 8-row pass of Qwen2.5-1.5B took
+// 2.56x a decode without this and 2.06x with it (BENCHMARKS.md section 10).  The blocks of consecutive
+// groups are contiguous, and a prefetch past the end of the weights is harmless.
 constexpr int PREFETCH_BYTES = 64 * GROUP_BYTES_C;
 
 inline void prefetch_block(const uint8_t * w) {
