@@ -1,39 +1,108 @@
 #!/usr/bin/env bash
 # Runs `omnidraft distill teacher` and `train` on the lent GPU machine (docs/DISTILL.md).
-# The two GGUFs reach it in parts (.distill/xfer/partNN, copied to /tmp/m by earlier calls, each small
-# enough to travel beside the work tree); the texts npz (from `omnidraft distill data`, $TEXTS, default
-# .distill/texts.npz) and the gguf wheel (.whl) travel with the teacher call.
-#   usage: scripts/distill_device.sh teacher [KEY=VALUE...]      assemble the GGUFs, write /tmp/w/data.npz
+# The GGUFs, the gguf wheel and the texts npz (from `omnidraft distill data`) reach it in parts first:
+#   here:  scripts/device_xfer.sh pack models <target gguf> <SmolLM2 gguf> .whl/gguf-*.whl
+#          scripts/device_xfer.sh pack texts .distill/texts.npz
+#   there: one call per part, `scripts/device_xfer.sh recv models|texts` (docs/DISTILL.md)
+# Every step runs under torchrun on $NPROC GPUs of this host (default: all that nvidia-smi -L lists).
+#   usage: scripts/distill_device.sh prepare                     join the parts, install the wheel
+#          scripts/distill_device.sh teacher [KEY=VALUE...]      write /tmp/w/data.npz
 #          scripts/distill_device.sh train CHOICE MIN [KEY=VALUE...]
-#              train one layer choice for at most MIN minutes; $OUT/<CHOICE>/ gets the tensors
-#              (NAME=... among the KEY=VALUEs is not a config field: it names the run's folder instead)
+#              train one layer choice for at most MIN minutes; $OUT/<NAME>/ gets the tensors
+#              (NAME=... among the KEY=VALUEs is not a config field: it names the run's folder, default CHOICE)
+#          scripts/distill_device.sh scale CHOICE STEPS [KEY=VALUE...]
+#              the same STEPS global steps (4 groups of $MICRO = 16384 padded tokens; N ranks accumulate 4/N
+#              each) on N = 1, 2, 4 GPUs, as many as there are; $OUT/scale-N/ gets each history.json
+#          scripts/distill_device.sh pipeline                    teacher (unless /tmp/w/data.npz is there),
+#              `train` $CHOICE (default first8) from $INIT (default SmolLM2) on every GPU for at most
+#              $TRAIN_MIN minutes (default 4.5), then `scale` for $SCALE_STEPS steps (default 20):
+#              $OUT/final/ and $OUT/meta.tgz (scale histories, logs, the data's meta); run it with `bg`
+#          scripts/distill_device.sh bg NAME STEP ARGS...        the same, detached (longer than one call);
+#                                                                its $OUT is /tmp/w/out-NAME
+#          scripts/distill_device.sh wait NAME SECONDS           wait for it at most SECONDS; its log's tail
+#          scripts/distill_device.sh fetch NAME                  copy /tmp/w/out-NAME/ to this call's $OUT
 set -euo pipefail
 export PYTHONPATH=/tmp/site:backend:. PYTHONUNBUFFERED=1
-QWEN=/tmp/m/qwen.gguf SMOL=/tmp/m/smol.gguf
-if [ ! -d /tmp/site/gguf ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1  # no NVLink multicast on the lent (shared) hosts
+QWEN=${QWEN:-/tmp/m/qwen2.5-coder-1.5b-instruct-q4_0_pure.gguf} SMOL=${SMOL:-/tmp/m/SmolLM2-135M-Instruct.Q4_1.gguf}
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+NPROC=${NPROC:-$(( NGPU > 0 ? NGPU : 1 ))}
+DEV=${DEV:-cuda}  # cpu: a dry run of the same steps with gloo
+MICRO=${MICRO:-16384}  # padded tokens of one batch group: 65,536 on one H100 ran out of memory
+case "${1:-}" in prepare | teacher | train | scale | pipeline | bg | wait | fetch) ;; *) sed -n '2,/^set /p' "$0" | grep '^#' >&2; exit 2 ;; esac
+distill() {  # distill N STEP ARGS...: one `distill` step on N ranks of this host
+  local n=$1
+  shift
+  python3 -m torch.distributed.run --standalone --nproc_per_node="$n" -m omnidraft.trainer.distill "$@" 2>&1 |
+    grep --line-buffered -v '^load'
+}
+if [ "$1" = prepare ]; then
+  bash scripts/device_xfer.sh join models /tmp/m
+  bash scripts/device_xfer.sh join texts /tmp/w
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    /tmp/m/*.whl
+  nvidia-smi -L; nproc; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'
 fi
 if [ ! -d /tmp/site/llama_cpp ]; then  # gguf_tools imports the engine module; nothing here calls llama.cpp
   mkdir -p /tmp/site/llama_cpp
   printf 'class _D(int):\n    def __call__(self, *a, **k):\n        return _D(0)\n\n\ndef __getattr__(name):\n    return _D(0)\n' > /tmp/site/llama_cpp/__init__.py
 fi
 case "$1" in
+prepare) ;;
 teacher)
   shift
-  for f in .distill/xfer/part*; do [ -f "$f" ] && cp "$f" /tmp/m/; done
-  cat /tmp/m/part* > /tmp/m/all
-  head -c 491400064 /tmp/m/all > $QWEN
-  tail -c 98362432 /tmp/m/all > $SMOL
-  sha256sum $QWEN $SMOL
-  mkdir -p /tmp/w && cp "${TEXTS:-.distill/texts.npz}" /tmp/w/texts.npz
-  python3 -m omnidraft.trainer.distill teacher --set texts=/tmp/w/texts.npz target_gguf=$QWEN \
-    out=/tmp/w/data.npz device=cuda "$@" 2>&1 | grep -v '^load' ;;
+  distill "$NPROC" teacher --set texts=/tmp/w/texts.npz target_gguf="$QWEN" out=/tmp/w/data.npz device=$DEV "$@" ;;
+pipeline)
+  # the drafter first (what ships), then the scaling runs: a failed scaling run must not cost the drafter
+  t0=$SECONDS
+  [ -f /tmp/w/data.npz ] || bash "$0" teacher gen_batch=384 batch_tokens=32768
+  echo "[pipeline] teacher done at $(( SECONDS - t0 )) s"
+  distill "$NPROC" train --set data=/tmp/w/data.npz draft_gguf="${INIT:-$SMOL}" layers="${CHOICE:-first8}" \
+    out=/tmp/w/final device=$DEV max_minutes="${TRAIN_MIN:-4.5}" epochs="${EPOCHS:-1.0}" eval_every=200 \
+    batch_tokens="$MICRO" accum=$(( ${WORLD_ACCUM:-4} / NPROC ))
+  echo "[pipeline] train done at $(( SECONDS - t0 )) s"
+  mkdir -p "$OUT/final" /tmp/w/meta
+  cp /tmp/w/final/"${CHOICE:-first8}"/* "$OUT/final/"
+  bash "$0" scale "${CHOICE:-first8}" "${SCALE_STEPS:-20}" draft_gguf="${INIT:-$SMOL}" eval_every=1000 ||
+    echo "[pipeline] scaling runs failed"
+  cp -r "$OUT"/scale-* /tmp/w/meta/ 2>/dev/null || true
+  python3 -c 'import numpy as np, sys; z = np.load(sys.argv[1]); open(sys.argv[2], "wb").write(bytes(z["meta"]))' \
+    /tmp/w/data.npz /tmp/w/meta/data-meta.json
+  cp /tmp/w/*.log /tmp/w/meta/ 2>/dev/null || true
+  tar czf "$OUT/meta.tgz" -C /tmp/w meta
+  echo "[pipeline] all done at $(( SECONDS - t0 )) s" ;;
+bg)
+  name=$2
+  shift 2
+  mkdir -p /tmp/w
+  OUT=/tmp/w/out-$name setsid nohup bash "$0" "$@" > "/tmp/w/$name.log" 2>&1 < /dev/null &
+  echo $! > "/tmp/w/$name.pid"
+  echo "started $name (pid $(cat "/tmp/w/$name.pid"))" ;;
+wait)
+  pid=$(cat "/tmp/w/$2.pid")
+  end=$(( SECONDS + $3 ))
+  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+  kill -0 "$pid" 2>/dev/null && echo "$2: still running" || echo "$2: finished"
+  tr '\r' '\n' < "/tmp/w/$2.log" | grep -v '^ *$' | tail -n 25 ;;
+fetch)
+  cp -r "/tmp/w/out-$2/." "$OUT/" && ls -R "$OUT" ;;
 train)
   choice=$2 minutes=$3 name=$2
   shift 3
   sets=()
   for kv in "$@"; do case "$kv" in NAME=*) name=${kv#NAME=} ;; *) sets+=("$kv") ;; esac; done
-  python3 -m omnidraft.trainer.distill train --set data=/tmp/w/data.npz draft_gguf=$SMOL layers=$choice \
-    out=/tmp/w/$name device=cuda max_minutes=$minutes "${sets[@]}" 2>&1 | grep -v '^load'
-  mkdir -p "$OUT/$name" && cp /tmp/w/$name/$choice/* "$OUT/$name/" ;;
+  distill "$NPROC" train --set data=/tmp/w/data.npz draft_gguf=$SMOL layers="$choice" out="/tmp/w/$name" \
+    device=$DEV max_minutes="$minutes" "${sets[@]}"
+  mkdir -p "$OUT/$name" && cp "/tmp/w/$name/$choice"/* "$OUT/$name/" ;;
+scale)
+  # the same global batch at every N: $MICRO padded tokens a group, WORLD_ACCUM (4) groups a step, N ranks
+  # accumulating WORLD_ACCUM / N each, so every N trains on the same groups in the same order
+  choice=$2 steps=$3
+  shift 3
+  for n in 1 2 4; do
+    [ "$n" -le "$NPROC" ] || break
+    distill "$n" train --set data=/tmp/w/data.npz draft_gguf=$SMOL layers="$choice" out="/tmp/w/scale-$n" \
+      device=$DEV max_steps="$steps" batch_tokens="$MICRO" accum=$(( ${WORLD_ACCUM:-4} / n )) "$@"
+    mkdir -p "$OUT/scale-$n" && cp "/tmp/w/scale-$n/$choice/history.json" "$OUT/scale-$n/"
+  done ;;
 esac

