@@ -36,7 +36,9 @@ CANNED = [
 def canned_stats(i: int, method: str) -> dict:
     """Figures that drift upwards with each request, like a drafter that learns."""
     proposed, accepted = 60, min(57, 33 + 4 * i)  # >= 50 drafted: the Learning tab plots it as a rate
-    tokens, passes = 48, max(12, 26 - 3 * i)
+    # self-consistent counts: every target pass emitted the drafts it accepted plus one token of its own
+    tokens = 64
+    passes = tokens - accepted
     return {"completion_tokens": tokens, "proposed": proposed, "accepted": accepted,
             "acceptance_rate": accepted / proposed, "tau": tokens / passes, "target_passes": passes,
             "tokens_per_s": 18.0 + 4.5 * i, "draft_s": 0.4, "verify_s": 1.6, "method": method,

@@ -9,7 +9,9 @@ until killed.  ``build_record`` sleeps RECORD_DELAY_S, as a slow record build (o
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -78,6 +80,23 @@ class FakeSession:
 
     def save_state(self):
         pass
+
+
+@contextlib.contextmanager
+def serving(app, cfg, **kw):
+    """``app`` behind ``omnidraft.server.cli.build_server`` (the real waitress set-up) on a free loopback
+    port, in a thread; yields the port.  ``kw`` goes to build_server."""
+    from omnidraft.server.app import shutdown
+    from omnidraft.server.cli import build_server
+
+    server = build_server(app, cfg, **kw)
+    threading.Thread(target=server.run, daemon=True).start()
+    try:
+        yield server.effective_port
+    finally:
+        server.close()
+        server.task_dispatcher.shutdown(timeout=5)
+        shutdown(app)
 
 
 def _child(outbox_path: str, record_delay_s: float) -> None:

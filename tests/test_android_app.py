@@ -134,7 +134,9 @@ def test_chat_streams_highlights_and_updates_figures(phone, server):
     assert len(final) > len(partial) > 0
     assert answer.locator("mark.draft").count() > 0, "no text highlighted as accepted from drafts"
     tps, acc, tau, ver = (phone.text_content(f"#fig-{k}") for k in ("tps", "acc", "tau", "ver"))
-    assert float(tps) > 0 and acc.endswith("%") and float(tau) >= 1 and ver not in ("", "–")
+    # tokens per pass: "≥" when the counts only give a lower bound (js/figures.js); never below 1
+    assert float(tps) > 0 and (acc.endswith("%") or acc == "not drafting") and float(tau.lstrip("≥")) >= 1
+    assert ver not in ("", "–")
     assert not answer.evaluate("e => e.classList.contains('error')")
     assert phone.is_visible("#send") and not phone.is_visible("#stop")
     if fake:
@@ -144,7 +146,7 @@ def test_chat_streams_highlights_and_updates_figures(phone, server):
                                                                 "It tries every divisor up to the square root."]
         drafted = "".join(answer.locator("mark.draft").all_text_contents())
         assert "def is_prime" in drafted and " prime" not in drafted.split("def")[0]
-        assert (tps, acc, tau, ver) == ("18.0", "55%", "1.85", "v0")
+        assert (tps, acc, tau, ver) == ("18.0", "55%", "2.06", "v0")   # 64 tokens in 31 passes
     shot(phone, "02-chat-done")
     assert phone.errors == []
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import signal
 import stat
 import struct
@@ -56,17 +55,18 @@ def make(tmp_path):
 
 @pytest.fixture
 def trainer(tmp_path):
-    base = tmp_path / "base.gguf"
-    base.write_bytes(b"GGUF")  # never loaded: these tests stop before training
+    from omnidraft.models import vocab_path
+
+    base = vocab_path("llama-spm")  # only its vocabulary is read (records are checked against it): no training
     return Trainer(TrainerConfig(base=str(base), state_dir=str(tmp_path / "trainer"), interval=1000))
 
 
-def _record(i: int) -> dict:
+def _record(i: int, draft_fp: str = "x") -> dict:
     from omnidraft.records import SCHEMA
 
     n = 3
     return {"schema": SCHEMA, "id": f"r{i:010d}", "created": 0.0, "method": "omnidraft", "drafter_version": "base",
-            "draft_fp": "x", "target_fp": "y", "k": 2, "prompt_ids": [5, 6], "output_ids": [7, 8, 9],
+            "draft_fp": draft_fp, "target_fp": "y", "k": 2, "prompt_ids": [5, 6], "output_ids": [7, 8, 9],
             "dm": [1, 0, 1], "ngram": [0, 1, 0], "topk_ids": [[7], None, [9]], "topk_probs": [[0.9], None, [0.8]],
             "rest_mass": [0.1, None, 0.2], "target_ids": [1, 2, 3], "n_sub": [1] * n, "from_draft": [0] * n,
             "stats": {}}
@@ -117,7 +117,7 @@ def test_trainer_needs_its_token_and_json(trainer, tmp_path):
     assert Trainer(trainer.cfg).token == trainer.token  # read back, not regenerated
     c = trainer_app(trainer).test_client()
     auth = {"Authorization": f"Bearer {trainer.token}"}
-    body = json.dumps({"records": [_record(0)]})
+    body = json.dumps({"records": [_record(0, trainer.vocab().fp)]})
     assert c.post("/v1/records", data=body, headers={"Content-Type": "application/json"}).status_code == 401
     wrong = c.post("/v1/records", data=body, headers={"Content-Type": "application/json",
                                                       "Authorization": "Bearer nope"})
@@ -134,7 +134,7 @@ def test_uploader_delivers_with_the_token(trainer, tmp_path):
     server, port = start_http(trainer)
     try:
         ob = Outbox(tmp_path / "ob.sqlite")
-        ob.put(_record(1))
+        ob.put(_record(1, trainer.vocab().fp))
         anon = Uploader(ob, f"http://127.0.0.1:{port}")
         with pytest.raises(OSError):  # 401
             anon.send_once()
@@ -325,7 +325,7 @@ def test_trainer_bounds_the_inflated_body(trainer):
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {trainer.token}"}
     r = c.post("/v1/records", data=bomb, headers={**headers, "Content-Encoding": "gzip"})
     assert r.status_code == 413 and r.is_json
-    small = gzip.compress(json.dumps({"records": [_record(3)]}).encode())
+    small = gzip.compress(json.dumps({"records": [_record(3, trainer.vocab().fp)]}).encode())
     ok = c.post("/v1/records", data=small, headers={**headers, "Content-Encoding": "gzip"})
     assert ok.status_code == 200 and ok.get_json()["accepted"] == 1
 

@@ -48,6 +48,15 @@ def test_publish_during_a_generation_loop_fails_no_request(default_session, tmp_
         before = session.drafter_version
         assert not session.maybe_swap()
         assert session.drafter_version == before
+        # nor does a version whose file changed after publishing (a flipped weight byte loads, and drafts worse)
+        changed = reg.publish(models.resolve("smollm2-135m"), {"note": "changed after publishing"})
+        with open(reg.versions / changed / "model.gguf", "r+b") as f:
+            f.seek(-1024, 2)
+            byte = f.read(1)[0]
+            f.seek(-1024, 2)
+            f.write(bytes([byte ^ 0x10]))
+        assert not session.maybe_swap()
+        assert session.drafter_version == before
         gen = session.generator("omnidraft")
         assert gen.generate(gen.prompt_from_text("x = 1\n"), GenerationParams(max_tokens=4)).token_ids
     finally:

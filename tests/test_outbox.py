@@ -81,7 +81,9 @@ def test_sigkill_mid_write_loses_nothing_acknowledged(tmp_path):
 class _Trainer:
     """A stand-in trainer endpoint that stores record ids (dedup on its side)."""
 
-    def __init__(self, port: int = 0):
+    def __init__(self, port: int = 0, refuse=None, named: bool = True):
+        """``refuse(record)``: records answered like the trainer's 400 for invalid ones (the batch refused
+        whole, the bad ones listed by index when ``named``)."""
         seen, lock = self.seen, self.lock = [], threading.Lock()
 
         class H(BaseHTTPRequestHandler):
@@ -89,12 +91,22 @@ class _Trainer:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
+                recs = json.loads(body)["records"]
+                bad = [i for i, r in enumerate(recs) if refuse and refuse(r)]
+                if bad:
+                    errs = [{"index": i, "id": recs[i]["id"], "field": "topk_probs", "message": "not finite"}
+                            for i in bad] if named else []
+                    return self._answer(400, {"error": "bad", "code": "invalid_record", "errors": errs})
                 with lock:
-                    seen.extend(r["id"] for r in json.loads(body)["records"])
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
+                    seen.extend(r["id"] for r in recs)
+                self._answer(200, {})
+
+            def _answer(self, status, obj):
+                out = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(out)
 
             def log_message(self, *a):
                 pass
@@ -129,3 +141,32 @@ def test_uploader_delivers_after_trainer_comes_back(tmp_path):
         assert up.delivered == 10
     finally:
         trainer.close()
+
+
+def test_records_the_trainer_refuses_by_name_leave_the_outbox_and_the_rest_is_delivered(tmp_path):
+    """One invalid record must not block a device's queue forever: the trainer's 400 lists it, the uploader
+    drops it (counted) and delivers the others; a 400 that names nothing is retried like any failure."""
+    poisoned = {3, 7}
+    trainer = _Trainer(refuse=lambda r: r["n"] in poisoned)
+    ob = Outbox(tmp_path / "ob.sqlite")
+    up = Uploader(ob, f"http://127.0.0.1:{trainer.port}", batch_size=4, interval_s=0.05, timeout_s=1.0,
+                  max_backoff_s=0.2).start()
+    try:
+        for i in range(10):
+            ob.put(rec(i))
+        assert up.flush(timeout=10.0)
+        up.stop()
+        assert sorted(set(trainer.seen)) == [f"rec{i:08d}" for i in range(10) if i not in poisoned]
+        assert up.refused == 2 and up.delivered == 8
+    finally:
+        trainer.close()
+    mute = _Trainer(refuse=lambda r: r["n"] == 0, named=False)
+    ob2 = Outbox(tmp_path / "ob2.sqlite")
+    ob2.put(rec(0))
+    up2 = Uploader(ob2, f"http://127.0.0.1:{mute.port}", interval_s=0.05, timeout_s=1.0, max_backoff_s=0.1).start()
+    try:
+        time.sleep(0.6)
+        assert len(ob2) == 1 and up2.failures >= 2 and up2.refused == 0
+    finally:
+        up2.stop()
+        mute.close()

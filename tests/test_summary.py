@@ -67,3 +67,19 @@ def test_generate_prints_how_many_tokens_were_drafted_and_why(tmp_path):
     assert m, line
     drafted, accepted, produced = map(int, m.groups())
     assert 0 <= accepted <= drafted and 0 < produced <= 24
+
+
+def test_an_answer_ended_by_the_target_counts_its_end_token_so_tau_is_at_least_one(default_session):
+    """The probe's 0.98 tokens per pass: the target alone makes one token a pass, and the last pass of an
+    answer that ends on its own made the end-of-generation token, which is not text but was produced."""
+    from omnidraft.generator import GenerationParams
+
+    gen = default_session.generator("target")
+    f = gen.generate(gen.prompt_from_messages([{"role": "user", "content": "Say yes."}]),
+                     GenerationParams(max_tokens=64))
+    assert f.finish_reason == "stop" and f.stats.stop_tokens == 1
+    assert f.stats.target_passes == f.stats.completion_tokens + 1
+    assert f.stats.tau == 1.0 and f.stats.as_dict()["stop_tokens"] == 1
+    cut = gen.generate(gen.prompt_from_messages([{"role": "user", "content": "Count to fifty."}]),
+                       GenerationParams(max_tokens=4))
+    assert cut.finish_reason == "length" and cut.stats.stop_tokens == 0 and cut.stats.tau == 1.0

@@ -1,9 +1,10 @@
 // Offline shell: the app's own files come from the cache (refreshed in the background);
 // API calls always go to the network and are never cached.
-const VERSION = "omnidraft-shell-v2";
+const VERSION = "omnidraft-shell-v3";
 const SHELL = [
   "./", "index.html", "app.css", "manifest.webmanifest",
   "js/app.js", "js/api.js", "js/sse.js", "js/chart.js", "js/settings.js", "js/markdown.js",
+  "js/figures.js",
   "vendor/marked/marked.esm.js", "vendor/dompurify/purify.es.js",
   "icons/icon-192.png", "icons/icon-512.png", "icons/maskable-512.png",
 ];

@@ -105,6 +105,7 @@ class GenerationStats:
     reused_tokens: int = 0  # prompt tokens whose KV was kept from the previous request
     completion_tokens: int = 0
     target_passes: int = 0
+    stop_tokens: int = 0  # 1 when the target ended the answer with an end-of-generation token (not text)
     proposed: int = 0
     accepted: int = 0
     ngram_proposed: int = 0
@@ -124,8 +125,9 @@ class GenerationStats:
 
     @property
     def tau(self) -> float:
-        """Target tokens produced per target forward pass."""
-        return self.completion_tokens / self.target_passes if self.target_passes else 0.0
+        """Target tokens produced per target forward pass: the end-of-generation token counts (the pass that
+        produced only it was a pass that produced a token), so tau >= 1 whenever a pass ran."""
+        return (self.completion_tokens + self.stop_tokens) / self.target_passes if self.target_passes else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -174,6 +176,9 @@ class Generator:
         self.max_verify_batch = max(1, max_verify_batch)
         # > 0: batched logits are only within a measured bound of one-token decoding (invariance.VerifyPlan)
         self.guard = guard
+        # the running stream's statistics, counted every step: what a consumer that stops the stream
+        # early (a server's timeout) reports as produced
+        self.live_stats: GenerationStats | None = None
 
     # ---------------------------------------------------------------- prompts
     def prompt_from_text(self, text: str) -> PromptInput:
@@ -212,7 +217,7 @@ class Generator:
         if len(ids) + 1 > t.n_ctx:
             raise ContextOverflow(f"prompt of {len(ids)} tokens does not fit the context of {t.n_ctx}")
         max_new = min(params.max_tokens, t.n_ctx - len(ids))
-        stats = GenerationStats(self.method, prompt_tokens=len(ids))
+        stats = self.live_stats = GenerationStats(self.method, prompt_tokens=len(ids))
         t0 = time.perf_counter()
         stats.reused_tokens = prefill(t, ids, params.reuse_prefix)
         if self.drafter is not None:
@@ -234,7 +239,9 @@ class Generator:
             done = eog_at is not None  # an end-of-generation token ends the text before it
             if done:
                 new = new[:eog_at]
+                stats.stop_tokens = 1
             out.extend(new)
+            stats.completion_tokens, stats.total_s = len(out), time.perf_counter() - t0
             n_acc_text = min(step.accepted, len(new))
             # each token's logprob entry rides on the chunk that completes its text (TextStream marks)
             marks = [(len(t.token_bytes[tok]), lp) for tok, lp in zip(new, step.logprobs)]

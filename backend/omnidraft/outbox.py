@@ -194,6 +194,7 @@ class Uploader:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.delivered = 0
+        self.refused = 0  # records the trainer refused by name (never retried)
         self.failures = 0
         self.last_error: str | None = None
 
@@ -238,13 +239,38 @@ class Uploader:
             body = gzip.compress(body, 6)
             headers["Content-Encoding"] = "gzip"
         req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-            if resp.status != 200:
-                raise OSError(f"trainer answered HTTP {resp.status}")
-            resp.read()
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                if resp.status != 200:
+                    raise OSError(f"trainer answered HTTP {resp.status}")
+                resp.read()
+        except urllib.error.HTTPError as e:
+            if e.code == 400 and self._drop_refused(batch, e):
+                return 0  # the rest goes again with the next send
+            raise
         self.outbox.ack([seq for seq, _ in batch])
         self.delivered += len(batch)
         return len(batch)
+
+    def _drop_refused(self, batch, err) -> bool:
+        """A 400 that names the records it refused (invalid, or another vocabulary's): they would be refused
+        forever, so they leave the outbox (counted in ``refused``) and the others are sent again.  False when
+        the answer names none: then the whole batch is retried like any failure."""
+        try:
+            body = json.loads(err.read().decode("utf-8"))
+            bad = {int(x["index"]) for x in body.get("errors", [])}
+        except (ValueError, TypeError, KeyError, AttributeError, OSError):
+            return False
+        if body.get("code") not in ("invalid_record", "foreign_vocabulary") or not bad:
+            return False
+        drop = [seq for i, (seq, _) in enumerate(batch) if i in bad]
+        if not drop:
+            return False
+        self.outbox.ack(drop)
+        self.refused += len(drop)
+        log.warning("trainer refused %d record(s) (%s: %s); dropped from the outbox", len(drop), body.get("code"),
+                    body.get("error"))
+        return True
 
     def _run(self) -> None:
         delay = self.interval_s

@@ -33,6 +33,7 @@ A target token that is unmapped and whose bytes are empty (a control token) cont
 from __future__ import annotations
 
 import math
+import re
 import time
 import uuid
 from typing import Any
@@ -46,7 +47,11 @@ _PER_POSITION = ("output_ids", "dm", "ngram", "topk_ids", "topk_probs", "rest_ma
 
 
 class RecordError(ValueError):
-    """A record does not follow the schema."""
+    """A record does not follow the schema; ``field`` names the top-level field at fault."""
+
+    def __init__(self, message: str, field: str = "record"):
+        super().__init__(message)
+        self.field = field
 
 
 def build_record(final, prompt, pair, method: str, drafter_version: str) -> dict:
@@ -71,7 +76,7 @@ def build_record(final, prompt, pair, method: str, drafter_version: str) -> dict
             from_draft.append(int(j < st.accepted))
     n = len(final.token_ids)
     if tokens[:n] != [int(t) for t in final.token_ids]:
-        raise RecordError("steps do not spell the final token ids")
+        raise RecordError("steps do not spell the final token ids", "target_ids")
     tokens, topks, from_draft = tokens[:n], topks[:n], from_draft[:n]
 
     rec: dict[str, Any] = {k: [] for k in _PER_POSITION}
@@ -123,29 +128,141 @@ def _mapped_topk(tk, t2d: np.ndarray) -> tuple[list[int], list[float], float]:
     return ids, ps, round(rest, 7)
 
 
-def validate(rec: dict) -> dict:
-    """Check a record against the schema (used by the trainer on every received record)."""
-    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
-        raise RecordError(f"not an {SCHEMA} record")
-    rid = rec.get("id")
-    if not isinstance(rid, str) or not 8 <= len(rid) <= 64:
-        raise RecordError("record id missing")
-    for key in ("prompt_ids", "target_ids", "n_sub", *_PER_POSITION):
-        if not isinstance(rec.get(key), list):
-            raise RecordError(f"{rid}: {key} must be a list")
-    n = len(rec["output_ids"])
-    for key in _PER_POSITION:
-        if len(rec[key]) != n:
-            raise RecordError(f"{rid}: {key} has {len(rec[key])} entries, output_ids {n}")
-    if sum(rec["n_sub"]) != n or len(rec["n_sub"]) != len(rec["target_ids"]):
-        raise RecordError(f"{rid}: n_sub does not cover output_ids")
+MAX_ID = (1 << 31) - 1  # token ids are int32 everywhere (llama.cpp, numpy tables)
+MAX_TEXT = 256  # characters in a string field (method, fingerprints, stats values)
+PROB_TOL = 1e-4  # a top-k may sum past 1 by float32 rounding, never by more
+MASS_TOL = 1e-3  # |sum(topk_probs) + rest_mass - 1|
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{7,63}")
+
+
+def validate(rec: Any, n_vocab: int | None = None, draft_fp: str | None = None) -> dict:
+    """Check a record against the schema: every field's type, every value's range, every length.
+
+    ``n_vocab``: drafter ids (prompt, output, top-k) must be below it; ``draft_fp``: the record must be of
+    that drafter vocabulary.  Raises :class:`RecordError` naming the field (and position) at fault; a record
+    that passes can be turned into tensors and gives a finite loss."""
+    if not isinstance(rec, dict):
+        raise RecordError(f"a record is a JSON object, not {_kind(rec)}")
+    if rec.get("schema") != SCHEMA:
+        raise RecordError(f"schema must be {SCHEMA!r}", "schema")
+    if not isinstance(rec.get("id"), str) or not _ID.fullmatch(rec["id"]):
+        raise RecordError("id must be 8-64 ASCII letters, digits or ._:- (build_record writes 32 hex)", "id")
+    for key in ("method", "drafter_version", "draft_fp", "target_fp"):
+        _text(rec.get(key), key)
+    if draft_fp is not None and rec["draft_fp"] != draft_fp:
+        raise RecordError(f"draft_fp {rec['draft_fp']!r} is another drafter vocabulary's; this trainer's drafter "
+                          f"is {draft_fp}", "draft_fp")
+    created = rec.get("created")
+    if not (type(created) is float and math.isfinite(created) or type(created) is int and abs(created) < 1 << 53):
+        raise RecordError("created must be a finite number (unix time)", "created")
+    k = _count(rec.get("k"), "k")
+    hi = MAX_ID if n_vocab is None else n_vocab - 1
+    what = "" if n_vocab is None else f" of this drafter's {n_vocab}-token vocabulary"
+    _ids(rec.get("prompt_ids"), "prompt_ids", hi, what)
+    n = len(_ids(rec.get("output_ids"), "output_ids", hi, what))
+    m = len(_ids(rec.get("target_ids"), "target_ids", MAX_ID, ""))
+    dm, ngram = _mask(rec.get("dm"), "dm", n), _mask(rec.get("ngram"), "ngram", n)
+    _mask(rec.get("from_draft"), "from_draft", m)
+    n_sub = _list(rec.get("n_sub"), "n_sub", m)
+    for j, x in enumerate(n_sub):
+        _count(x, f"n_sub[{j}]", "n_sub")
+    if sum(n_sub) != n:
+        raise RecordError(f"n_sub sums to {sum(n_sub)}, output_ids has {n}", "n_sub")
+    for key in ("topk_ids", "topk_probs", "rest_mass"):
+        _list(rec.get(key), key, n)
     for i in range(n):
-        if rec["dm"][i]:
-            ids, ps, rest = rec["topk_ids"][i], rec["topk_probs"][i], rec["rest_mass"][i]
-            if ids is None or ps is None or rest is None or len(ids) != len(ps):
-                raise RecordError(f"{rid}: position {i} is dm without a top-k")
-            if any(p < 0 for p in ps) or sum(ps) > 1.0 + 1e-4 or not -1e-6 <= rest <= 1.0 + 1e-6:
-                raise RecordError(f"{rid}: position {i} has invalid probabilities")
-        if rec["dm"][i] and rec["ngram"][i]:
-            raise RecordError(f"{rid}: position {i} is both dm and ngram")
+        if dm[i] and ngram[i]:
+            raise RecordError(f"position {i} is both dm and ngram", "ngram")
+        _check_topk(rec, i, bool(dm[i]), k, hi, what)
+    stats = rec.get("stats", {})
+    if not isinstance(stats, dict):
+        raise RecordError(f"stats must be an object, not {_kind(stats)}", "stats")
+    for key, v in stats.items():
+        _text(key, "stats")
+        if isinstance(v, str):
+            _text(v, "stats")
+        elif not (v is None or type(v) in (bool, int) or type(v) is float and math.isfinite(v)):
+            raise RecordError(f"stats[{key!r}] must be a string, a finite number, a boolean or null", "stats")
     return rec
+
+
+def _check_topk(rec: dict, i: int, dm: bool, k: int, hi: int, what: str) -> None:
+    """Position ``i``'s top-k: ids in range, probabilities in [0, 1] summing to at most 1, the rest mass."""
+    ids, ps, rest = rec["topk_ids"][i], rec["topk_probs"][i], rec["rest_mass"][i]
+    if ids is None and ps is None and rest is None:
+        if dm:
+            raise RecordError(f"position {i} is dm without a top-k (topk_ids, topk_probs, rest_mass)", "topk_ids")
+        return
+    for key, v in (("topk_ids", ids), ("topk_probs", ps), ("rest_mass", rest)):
+        if v is None:
+            raise RecordError(f"{key}[{i}] is null where the other top-k fields are set", key)
+    _ids(ids, f"topk_ids[{i}]", hi, what, "topk_ids")
+    if len(ids) > k:
+        raise RecordError(f"topk_ids[{i}] has {len(ids)} entries, more than k = {k}", "topk_ids")
+    if len(_list(ps, f"topk_probs[{i}]", len(ids), "topk_probs")) != len(ids):
+        raise RecordError(f"topk_probs[{i}] has {len(ps)} entries, topk_ids[{i}] {len(ids)}", "topk_probs")
+    for j, p in enumerate(ps):
+        _probability(p, f"topk_probs[{i}][{j}]", "topk_probs")
+    total = math.fsum(ps)
+    if total > 1.0 + PROB_TOL:
+        raise RecordError(f"topk_probs[{i}] sums to {total:.6g}, more than 1", "topk_probs")
+    _probability(rest, f"rest_mass[{i}]", "rest_mass", tol=1e-6)
+    if abs(total + rest - 1.0) > MASS_TOL:
+        raise RecordError(f"rest_mass[{i}] = {rest:.6g} is not 1 - sum(topk_probs[{i}]) = {1 - total:.6g}",
+                          "rest_mass")
+
+
+def _kind(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(v), "a number")
+
+
+def _text(v: Any, field: str) -> str:
+    if not isinstance(v, str) or len(v) > MAX_TEXT:
+        raise RecordError(f"{field} must be a string of at most {MAX_TEXT} characters", field)
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError(f"{field} is not valid Unicode (a lone surrogate)", field) from None
+    return v
+
+
+def _list(v: Any, where: str, n: int | None = None, field: str | None = None) -> list:
+    field = field or where
+    if not isinstance(v, list):
+        raise RecordError(f"{where} must be a list, not {_kind(v)}", field)
+    if n is not None and len(v) != n:
+        raise RecordError(f"{where} has {len(v)} entries, expected {n}", field)
+    return v
+
+
+def _count(v: Any, where: str, field: str | None = None) -> int:
+    if type(v) is not int or not 0 <= v <= MAX_ID:
+        raise RecordError(f"{where} must be a non-negative integer, not {_show(v)}", field or where)
+    return v
+
+
+def _ids(v: Any, where: str, hi: int, what: str, field: str | None = None) -> list:
+    field = field or where
+    for j, x in enumerate(_list(v, where, None, field)):
+        if type(x) is not int or not 0 <= x <= hi:
+            raise RecordError(f"{where}[{j}] = {_show(x)} is not a token id (an integer in 0..{hi}{what})", field)
+    return v
+
+
+def _mask(v: Any, field: str, n: int) -> list:
+    for j, x in enumerate(_list(v, field, n)):
+        if type(x) not in (int, bool) or x not in (0, 1):
+            raise RecordError(f"{field}[{j}] = {_show(x)}: a mask entry is 0, 1, true or false", field)
+    return v
+
+
+def _probability(v: Any, where: str, field: str, tol: float = 0.0) -> float:
+    ok = type(v) is int and v in (0, 1) or type(v) is float and -tol <= v <= 1.0 + tol  # NaN fails both sides
+    if not ok:
+        raise RecordError(f"{where} = {_show(v)} is not a probability (a finite number in [0, 1])", field)
+    return v
+
+
+def _show(v: Any) -> str:
+    return ascii(v) if len(ascii(v)) <= 40 else ascii(v)[:37] + "..."

@@ -3,7 +3,7 @@
 Layout under ``root``::
 
     versions/<id>/model.gguf      the drafter
-    versions/<id>/meta.json       parent, steps, records seen, checks, held-out acceptance, ...
+    versions/<id>/meta.json       sha256 of model.gguf, parent, steps, records seen, checks, held-out acceptance, ...
     CURRENT                       {"version": "<id>"}: the version generators should use
     registry.json                 {"base_path": "..."}: the drafter "base" stands for
 
@@ -13,12 +13,20 @@ naming the previous, complete version; half-written temp directories are removed
 Readers (``Session.maybe_swap`` via :meth:`DrafterRegistry.current`) only ever read ``CURRENT`` and a
 directory that is complete before it is named there.  Publish and rollback take an exclusive
 ``flock`` on ``.lock`` so a CLI rollback and the trainer never interleave.
+
+Every published GGUF carries its sha256 in meta.json, and :meth:`DrafterRegistry.current` (so every reader:
+the server's hot swap, the trainer's reload) and :meth:`rollback` check it before naming the file: a file
+changed after publishing (a flipped weight byte loads fine and only drafts worse) raises
+:class:`VersionCorrupt` instead.  Each file is hashed once per process while its size, mtime and inode
+stay the same, so asking before every request costs a ``stat`` (a reader loads a version right after
+its first check, which reads the file itself).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -36,12 +44,21 @@ BASE = "base"
 _ID = re.compile(r"^v(\d{4,})$")
 
 
+class VersionCorrupt(RegistryCorrupt):
+    """A published version's GGUF does not match the sha256 recorded when it was published."""
+
+    def __init__(self, message: str, version: str):
+        super().__init__(message)
+        self.version = version
+
+
 class DrafterRegistry:
     def __init__(self, root: str | Path, keep: int = 5, base_path: str | Path | None = None):
         self.root = Path(root)
         self.keep = max(1, keep)
         self.versions = self.root / "versions"
         self.versions.mkdir(parents=True, exist_ok=True)
+        self._checked: dict[str, tuple[tuple, str | None]] = {}  # version -> (file signature, error or None)
         for stale in self.versions.glob(".tmp-*"):  # a publish that crashed half-way
             shutil.rmtree(stale, ignore_errors=True)
         if base_path is not None:
@@ -70,7 +87,51 @@ class DrafterRegistry:
         if path is None or not path.is_file():
             log.error("registry %s: CURRENT names %s, which is missing", self.root, version)
             return None
+        if version != BASE:
+            self.verify(version)
         return version, path
+
+    def verify(self, version: str) -> None:
+        """Check a published version's GGUF against the sha256 in its meta.json; raise VersionCorrupt if not.
+
+        The verdict is kept while the file's and the meta's size, mtime and inode stay the same."""
+        try:
+            sig = self._signature(version)
+        except OSError as e:
+            raise VersionCorrupt(f"registry {self.root}: drafter {version} cannot be checked ({e})", version) from None
+        seen = self._checked.get(version)
+        if seen is None or seen[0] != sig:
+            seen = (sig, self._mismatch(version))
+            self._checked[version] = seen
+        if seen[1] is not None:
+            raise VersionCorrupt(seen[1], version)
+
+    def _signature(self, version: str) -> tuple:
+        d = self.versions / version
+        return tuple((st.st_size, st.st_mtime_ns, st.st_ino) for st in (os.stat(d / "model.gguf"),
+                                                                        os.stat(d / "meta.json")))
+
+    def _mismatch(self, version: str) -> str | None:
+        """Why ``version``'s file cannot be trusted, or None."""
+        d = self.versions / version
+        fix = "roll back with 'omnidraft drafter rollback VERSION' (or publish again)"
+        try:
+            want = json.loads((d / "meta.json").read_text()).get("sha256")
+        except (OSError, ValueError, AttributeError) as e:
+            return f"registry {self.root}: drafter {version} has an unreadable meta.json ({e}), so no sha256; {fix}"
+        if "sha256" not in json.loads((d / "meta.json").read_text()):
+            # published before checksums existed: refusing it would strand every registry made by an older
+            # build (its server and trainer could load nothing until a rollback); it is trusted as before
+            log.warning("registry %s: drafter %s was published without a sha256 (an older build): not verified",
+                        self.root, version)
+            return None
+        if not isinstance(want, str):
+            return f"registry {self.root}: drafter {version} has an unusable sha256 in its meta.json; {fix}"
+        got = _sha256(d / "model.gguf")
+        if got != want:
+            return (f"registry {self.root}: drafter {version}'s model.gguf does not match the sha256 it was "
+                    f"published with ({got[:12]}... != {want[:12]}...): changed or corrupted since; {fix}")
+        return None
 
     def path_of(self, version: str) -> Path | None:
         if version == BASE:
@@ -123,6 +184,7 @@ class DrafterRegistry:
             else:
                 shutil.copyfile(gguf, dst)
             _fsync(dst)
+            sha = _sha256(dst)
             try:
                 cur = self.current()
             except RegistryCorrupt as e:  # this publish repairs CURRENT
@@ -130,7 +192,7 @@ class DrafterRegistry:
                 cur = None
             m = dict(meta or {})
             m.setdefault("parent", cur[0] if cur else BASE)
-            m.update(version=version, published=time.time(), size=dst.stat().st_size)
+            m.update(version=version, published=time.time(), size=dst.stat().st_size, sha256=sha)
             _atomic_write(tmp / "meta.json", m)
             os.rename(tmp, self.versions / version)
             _fsync(self.versions)
@@ -147,7 +209,7 @@ class DrafterRegistry:
             if not d.is_dir():
                 return
             m = json.loads((d / "meta.json").read_text())
-            m.update(extra)
+            m.update({k: v for k, v in extra.items() if k not in ("sha256", "version")})  # never the identity
             _atomic_write(d / "meta.json", m)
 
     def rollback(self, version: str) -> None:
@@ -157,6 +219,11 @@ class DrafterRegistry:
             if path is None or not path.is_file():
                 raise BadRequest(f"no drafter version {version!r} in {self.root}; "
                                  f"have: {', '.join([BASE] + sorted(self._ids(), key=_num))}")
+            if version != BASE:
+                try:
+                    self.verify(version)
+                except VersionCorrupt as e:
+                    raise BadRequest(f"not rolled back: {e}") from None
             self._set_current(version)
         log.info("drafter rolled back to %s", version)
 
@@ -186,6 +253,14 @@ class DrafterRegistry:
 def _num(version: str) -> int:
     m = _ID.match(version)
     return int(m.group(1)) if m else -1
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _fsync(path: Path) -> None:

@@ -21,6 +21,7 @@ from .methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make_drafter
 from .ngram_cache import NGramCache, cache_filename
 from .policy import DraftPolicy, PolicyConfig, seeded_policy
 from .predictor import AcceptancePredictor
+from .registry import VersionCorrupt
 from .vocab_bridge import build_bridge
 
 log = logging.getLogger(__name__)
@@ -144,10 +145,17 @@ class Session:
     def maybe_swap(self) -> bool:
         """Between requests: load the registry's current drafter version if it changed.
 
-        A failed load keeps the drafter in use (logged), so a bad publish never fails a request."""
+        A failed load keeps the drafter in use (logged), so a bad publish never fails a request; so does a
+        version whose file no longer matches the sha256 it was published with (the registry refuses it)."""
         if self.registry is None:
             return False
-        cur = self.registry.current()
+        try:
+            cur = self.registry.current()
+        except VersionCorrupt as e:
+            if e.version not in self._bad_versions:  # reported once, not on every request
+                log.error("drafter %s not swapped in, keeping %s: %s", e.version, self.drafter_version, e)
+                self._bad_versions.add(e.version)
+            return False
         if cur is None or cur[0] == self.drafter_version or cur[0] in self._bad_versions:
             return False
         version, path = cur

@@ -1,6 +1,7 @@
 // UI wiring: tabs, chat with streaming, live figures, learning chart, settings.
 import { Api } from "./api.js";
 import { lineChart } from "./chart.js";
+import { TAU_BOUND_NOTE, acceptance, tauText, tokensPerPass } from "./figures.js";
 import { renderMarkdown } from "./markdown.js";
 import { loadSettings, requestOptions, saveSettings } from "./settings.js";
 
@@ -66,15 +67,35 @@ function fillModels() {
 // ------------------------------------------------------------------ chat
 const fmt = {
   tps: (s) => (s.tokens_per_s ?? 0).toFixed(1),
-  acc: (s) => `${Math.round(100 * (s.acceptance_rate ?? 0))}%`,
-  tau: (s) => (s.tau ?? 0).toFixed(2),
+  acc: (s) => acceptance(s),           // {short, long}: "not drafting: why" when nothing was drafted
+  tau: (s) => tauText(s),              // tokens per pass that emitted them (js/figures.js)
 };
 
+/** f: {id: text or [text, title]}; a title says more than fits in the bar (or is removed). */
 function setFigures(f, live) {
   for (const [id, v] of Object.entries(f)) {
-    $(`fig-${id}`).textContent = v;
-    $(`fig-${id}`).classList.toggle("live", live);
+    const [text, title] = Array.isArray(v) ? v : [v, ""];
+    const dd = $(`fig-${id}`);
+    dd.textContent = text;
+    if (title) dd.title = title; else dd.removeAttribute("title");
+    dd.classList.toggle("live", live);
+    dd.classList.toggle("words", /[a-z]{3}/.test(text));   // words, not a number: smaller type to fit
   }
+}
+
+/** The figures bar for an answer's final stats. */
+function finalFigures(s) {
+  const acc = fmt.acc(s), tau = tokensPerPass(s);
+  return { tps: fmt.tps(s), acc: [acc.short, acc.long],
+           tau: [fmt.tau(s), tau && !tau.exact ? TAU_BOUND_NOTE : ""] };
+}
+
+/** A block under an answer's text: the token-limit cut, a failure. */
+function notice(kind, text) {
+  const p = document.createElement("p");
+  p.className = `notice ${kind}`;
+  p.textContent = text;
+  return p;
 }
 
 function bubble(role, text = "") {
@@ -143,12 +164,18 @@ async function send(prompt) {
     }, running.signal);
     w.flush();
     history.push({ role: "assistant", content: w.text });
+    if (res.finishReason === "length") {     // the answer stops mid-sentence: say why
+      box.append(notice("cut", res.timedOut
+        ? "cut at the server's time limit: the answer took longer than the server allows a request"
+        : `cut at the token limit (${body.max_tokens ?? "max"} tokens): `
+          + "raise Max tokens in Settings for a longer answer"));
+    }
     if (res.stats) {
       const s = res.stats;
-      setFigures({ tps: fmt.tps(s), acc: fmt.acc(s), tau: fmt.tau(s) }, false);
+      setFigures(finalFigures(s), false);
       const meta = document.createElement("small");
       meta.className = "meta";
-      meta.textContent = `${s.completion_tokens ?? "?"} tokens · ${fmt.tps(s)} tok/s · ${fmt.acc(s)} accepted · `
+      meta.textContent = `${s.completion_tokens ?? "?"} tokens · ${fmt.tps(s)} tok/s · ${fmt.acc(s).long} · `
         + `${fmt.tau(s)} tok/pass${s.method ? " · " + s.method : ""}`;
       const why = document.createElement("small");
       why.className = "meta why";
@@ -161,13 +188,23 @@ async function send(prompt) {
     w.flush();
     history.pop();
     box.classList.add("error");
-    box.append(document.createTextNode(e.name === "AbortError" ? " [stopped]" : ` [error: ${e.message}]`));
+    if (e.name === "AbortError") {
+      box.append(document.createTextNode(" [stopped]"));
+    } else {
+      // Unreachable names the server in words; other failures say what the server or the stream said
+      box.append(notice("failed", e.name === "Unreachable" ? e.message : `error: ${e.message}`));
+      if (!$("prompt").value) {                  // the prompt is kept, ready to send again
+        $("prompt").value = prompt;
+        autosize();
+      }
+      connect();
+    }
     setFigures({ tps: "–", acc: "–", tau: "–" }, false);
-    if (e.name !== "AbortError") connect();
   } finally {
     box.setAttribute("aria-busy", "false");
     running = null;
     $("send").hidden = false; $("stop").hidden = true;
+    box.scrollIntoView({ block: "end" });      // what was added under the answer is on screen too
   }
 }
 
@@ -198,6 +235,7 @@ const TOTALS = [   // [key, label, format]: shown when the server reports them
   ["generations", "answers", String], ["requests", "requests", String],
   ["completion_tokens", "tokens generated", String],
   ["acceptance_rate", "acceptance", (_, t) => rateText(t)],
+  // the server's total divides by every pass, those that only produced the end-of-text token too
   ["tau", "tokens / target pass", (v) => v.toFixed(2)],
   ["tokens_per_s", "average tok/s", (v) => v.toFixed(1)],
 ];

@@ -10,21 +10,25 @@ function el(name, attrs, text) {
 
 /**
  * points: [{t, y, version}] sorted by t.  opts: {title, yMax (or auto), format(y) -> string}.
- * Returns an <svg> sized by its viewBox (width follows the container).
+ * Returns an <svg> sized by its viewBox (width follows the container).  The title has the first line to itself
+ * and the last value (or "no data yet") the second, so a long title never runs into it.
  */
 export function lineChart(points, opts) {
-  const W = 360, H = 150, L = 40, R = 10, T = 24, B = 22;
+  const W = 360, H = 172, L = 40, R = 10, T = 46, B = 22;
   const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, "aria-hidden": "true", focusable: "false" });
   svg.append(el("text", { x: 0, y: 14, class: "title" }, opts.title));
-  const last = points.length ? opts.format(points[points.length - 1].y) : "no data yet";
-  svg.append(el("text", { x: W - R, y: 14, "text-anchor": "end" }, points.length ? `last ${last}` : last));
+  const last = points.length ? `last ${opts.format(points[points.length - 1].y)}` : "no data yet";
+  svg.append(el("text", { x: 0, y: 31, class: "status" }, last));
   const yMax = opts.yMax ?? Math.max(1e-9, ...points.map((p) => p.y)) * 1.1;
   const t0 = points.length ? points[0].t : 0, t1 = points.length ? points[points.length - 1].t : 1;
   const x = (t) => L + (t1 > t0 ? (t - t0) / (t1 - t0) : 0.5) * (W - L - R);
   const y = (v) => T + (1 - Math.min(v, yMax) / yMax) * (H - T - B);
   for (const frac of [0, 0.5, 1]) {
     svg.append(el("line", { x1: L, x2: W - R, y1: y(frac * yMax), y2: y(frac * yMax), class: "axis" }));
-    svg.append(el("text", { x: L - 4, y: y(frac * yMax) + 4, "text-anchor": "end" }, opts.format(frac * yMax)));
+    // without data an automatic scale has no values: no "0.0 / 0.0 / 0.0"
+    if (points.length || opts.yMax !== undefined) {
+      svg.append(el("text", { x: L - 4, y: y(frac * yMax) + 4, "text-anchor": "end" }, opts.format(frac * yMax)));
+    }
   }
   if (points.length) {
     svg.append(el("text", { x: L, y: H - 6 }, clock(t0)));

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from flask import Flask, Response, jsonify, redirect, request, send_from_directory
@@ -25,7 +25,7 @@ from ..textstream import Chunk
 from .config import ServerConfig
 from .metrics import Metrics
 from .protocol import ApiError, Request, chunk, draft_spans, full_response, parse_request, usage, usage_chunk
-from .worker import Done, EngineWorker, Job, TimedOut
+from .worker import ClientGone, Done, EngineWorker, Job, TimedOut
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class ServerState:
     n_ctx: int
     uploader: object = None
     outbox: object = None
+    hosts: httpguard.HostPolicy = field(default_factory=httpguard.HostPolicy)  # DNS rebinding: httpguard
 
 
 def state(app: Flask) -> ServerState:
@@ -65,8 +66,9 @@ def create_app(session, config: ServerConfig | None = None, outbox=None, build_r
     metrics = Metrics(config.history)
     worker = EngineWorker(session, metrics, config.queue_size, config.save_every, outbox, build_record)
     n_ctx = int(getattr(getattr(session, "target", None), "n_ctx", session.settings.n_ctx))
+    hosts = httpguard.HostPolicy.for_server(config.host, config.allowed_host, config.cors_origin)
     app.extensions[STATE_KEY] = ServerState(session, config, metrics, worker, model_ids(session), n_ctx,
-                                            uploader, outbox)
+                                            uploader, outbox, hosts)
     _install_hooks(app)
     _install_routes(app)
     if start_worker:
@@ -98,8 +100,14 @@ def _endpoint_label() -> str:
 
 def _install_hooks(app: Flask) -> None:
     @app.before_request
-    def _guard():  # cross-site "simple" POSTs from web pages: see omnidraft.httpguard
-        refused = httpguard.refusal(request, state(app).config.cors_origin)
+    def _guard():  # DNS rebinding, cross-site "simple" POSTs from web pages: see omnidraft.httpguard
+        st = state(app)
+        if request.path == "/health" and request.method in ("GET", "HEAD") and not st.hosts.allows(
+                request.environ.get("HTTP_HOST")):
+            # Liveness stays open to monitors that know the server by a name nobody listed (a container's
+            # service name); it says only "ok", which a rebinding page knew once its connection succeeded.
+            return jsonify({"status": "ok"})
+        refused = httpguard.refusal(request, st.config.cors_origin, st.hosts)
         if refused is not None:
             status, msg, code = refused
             raise ApiError(status, msg, code=code)
@@ -180,9 +188,7 @@ def _install_routes(app: Flask) -> None:
         job = Job(req, _endpoint_label(), _arrived(disconnected) + st.config.request_timeout_s, disconnected)
         st.worker.submit(job)
         try:
-            first = job.next_event()
-            if isinstance(first, ApiError):
-                raise first
+            first = _checked(job.next_event())
             if isinstance(first, TimedOut) and not first.text:
                 raise ApiError(504, f"no output within the request timeout of {st.config.request_timeout_s} s",
                                code="timeout")
@@ -245,13 +251,21 @@ def _install_routes(app: Flask) -> None:
         return send_from_directory(root_dir, path)  # safe_join: refuses paths outside root_dir
 
 
+def _checked(ev):
+    """``ev``, unless it ends the request: an ApiError is raised, and so is a hang-up (499, nginx's "client
+    closed request": nobody reads it, but the handler returns and its thread serves the next request)."""
+    if isinstance(ev, ClientGone):
+        raise ApiError(499, "the client closed the connection", code="client_gone")
+    if isinstance(ev, ApiError):
+        raise ev
+    return ev
+
+
 def _collect(req: Request, job: Job, ev) -> dict:
     chunks: list[Chunk] = []
     while isinstance(ev, Chunk):
         chunks.append(ev)
-        ev = job.next_event()
-    if isinstance(ev, ApiError):
-        raise ev
+        ev = _checked(job.next_event())
     text = "".join(c.text for c in chunks)
     if isinstance(ev, Done):
         text, finish, stats = ev.final.text, ev.final.finish_reason, ev.final.stats
@@ -278,6 +292,8 @@ def _stream(req: Request, job: Job, ev):
                 if req.include_usage:
                     yield _sse(usage_chunk(req, stats))
                 yield "data: [DONE]\n\n"
+                return
+            elif isinstance(ev, ClientGone):  # nobody is reading: end the response, free the thread
                 return
             else:  # ApiError after the stream started: OpenAI-style error event, then end
                 yield _sse(ev.body())

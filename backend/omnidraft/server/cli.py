@@ -6,8 +6,6 @@ import argparse
 import dataclasses
 import logging
 import signal
-import sys
-import time
 
 from ..errors import OmniDraftError
 
@@ -16,67 +14,123 @@ log = logging.getLogger("omnidraft.server")
 OUTBOX_MAX_BYTES = 256 * 1024 * 1024
 
 
+# Bounds of the model settings' numeric flags, checked at parse time (ServerConfig's own carry a "range").
+SETTINGS_RANGES = {
+    "k": (1, 32), "p_min": (0.0, 1.0), "n_ctx": (64, 1 << 20), "draft_n_ctx": (64, 1 << 20),
+    "threads": (0, 1024), "ngram_budget_kb": (0, 1 << 24),
+}
+
+
 def _add_config_args(parser: argparse.ArgumentParser, cls) -> None:
     """Like ``omnidraft.cli.add_dataclass_args``, plus repeatable flags for list fields."""
+    from ..cliutil import field_type
+
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         helptext = f.metadata.get("help", "")
         if f.default_factory is not dataclasses.MISSING:  # list field
             parser.add_argument(flag, action="append", default=[], dest=f.name, help=helptext)
         else:
-            parser.add_argument(flag, type=type(f.default), default=f.default, dest=f.name,
+            parser.add_argument(flag, type=field_type(f, type(f.default)), default=f.default, dest=f.name,
                                 help=f"{helptext} (default: {f.default!r})")
 
 
 def register(sub) -> None:
     from ..cliutil import add_dataclass_args
     from ..session import Settings
-    from .config import ServerConfig
+    from .config import API_KEY_ENV, ServerConfig
 
     p = sub.add_parser(
         "serve", help="OpenAI-compatible HTTP server (completions, chat, SSE, metrics, phone web app)",
         description="Serve the target, drafted by the drafter, behind an OpenAI-compatible API on waitress. "
-                    "Binds 127.0.0.1 by default; any other address needs --api-key.",
+                    f"Binds 127.0.0.1 by default; any other address needs an API key (--api-key-file PATH, "
+                    f"${API_KEY_ENV}, or --api-key KEY, which other users see in ps).",
         epilog="Example: omnidraft serve --port 8080, then point any OpenAI client at "
                "http://127.0.0.1:8080/v1 (or open http://127.0.0.1:8080/app/ on the phone).")
     _add_config_args(p, ServerConfig)
-    add_dataclass_args(p, Settings)
+    add_dataclass_args(p, Settings, SETTINGS_RANGES)
     p.set_defaults(func=cmd_serve)
+
+
+def checked_config(args: argparse.Namespace):
+    """The ServerConfig of these flags with its secrets resolved, or an OmniDraftError naming what is wrong.
+
+    Everything a bad start-up can be refused for is refused here, before a model loads."""
+    from ..cliutil import dataclass_from_args, read_secret
+    from ..errors import BadRequest
+    from .config import API_KEY_ENV, TRAINER_TOKEN_ENV, ServerConfig
+
+    cfg = dataclass_from_args(ServerConfig, args)
+    cfg.api_key = read_secret("the API key", cfg.api_key, "--api-key", cfg.api_key_file, "--api-key-file",
+                              API_KEY_ENV)
+    cfg.trainer_token = read_secret("the trainer token", cfg.trainer_token, "--trainer-token",
+                                    cfg.trainer_token_file, "--trainer-token-file", TRAINER_TOKEN_ENV)
+    if not cfg.is_loopback() and not cfg.api_key:
+        raise BadRequest(f"refusing to bind {cfg.host!r} (not loopback) without an API key: anyone on the network "
+                         f"could use this machine's CPU. Give --api-key-file PATH, ${API_KEY_ENV} or --api-key KEY, "
+                         f"or bind 127.0.0.1.")
+    if cfg.threads() < cfg.queue_size + 2:
+        raise BadRequest(f"--http-threads {cfg.http_threads} cannot hold --queue-size {cfg.queue_size} waiting "
+                         f"requests plus the running one and /health: extra requests would wait in waitress's "
+                         f"queue, where neither 429 nor the timeout reaches them. Use at least "
+                         f"{cfg.queue_size + 2}, or 0 (auto).")
+    return cfg
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..cliutil import dataclass_from_args
     from ..session import Session, Settings
-    from .config import ServerConfig
 
-    cfg = dataclass_from_args(ServerConfig, args)
-    if not cfg.is_loopback() and not cfg.api_key:
-        print(f"error: refusing to bind {cfg.host!r} (not loopback) without --api-key: anyone on the network "
-              f"could use this machine's CPU. Pass --api-key KEY or bind 127.0.0.1.", file=sys.stderr)
-        return 2
-    if cfg.queue_size < 1 or cfg.http_threads < 0 or cfg.request_timeout_s <= 0:
-        print("error: --queue-size and --request-timeout-s must be positive, --http-threads >= 0", file=sys.stderr)
-        return 2
-    if cfg.threads() < cfg.queue_size + 2:
-        print(f"error: --http-threads {cfg.http_threads} cannot hold --queue-size {cfg.queue_size} waiting requests "
-              f"plus the running one and /health: extra requests would wait in waitress's queue, where neither "
-              f"429 nor the timeout reaches them. Use at least {cfg.queue_size + 2}, or 0 (auto).", file=sys.stderr)
-        return 2
+    cfg = checked_config(args)  # a bad flag stops here (omnidraft.cli.main prints it, exit 2), before loading
     from ..outbox import Outbox, Uploader
     from ..records import build_record
     from ..registry import DrafterRegistry
 
-    registry_cls = DrafterRegistry if cfg.registry else None
     record_fns = (Outbox, Uploader, build_record) if cfg.trainer_url else None
 
     session = Session(dataclass_from_args(Settings, args))
     try:
-        if registry_cls is not None:
-            session.registry = registry_cls(cfg.registry)
+        if cfg.registry:
+            session.registry = WatchedRegistry(DrafterRegistry(cfg.registry))
         session.warm_up()  # load and time now, so the first request does not pay for it
         return _serve(session, cfg, record_fns)
     finally:
         session.close()
+
+
+class WatchedRegistry:
+    """The drafter registry as the server reads it, between requests (``Session.maybe_swap``).
+
+    A registry that cannot be read (a corrupt CURRENT) must not cost a traceback per request nor the
+    request itself: the drafter in use keeps serving, each distinct error is logged once, and the
+    problem shows in /v1/omnidraft/stats ("problems") until the registry reads again."""
+
+    SOURCE = "drafter_registry"
+
+    def __init__(self, registry, metrics=None):
+        self.registry = registry
+        self.metrics = metrics  # set once the app exists (_serve)
+        self._logged: set[str] = set()
+
+    def current(self):
+        try:
+            cur = self.registry.current()
+        except Exception as e:  # noqa: BLE001 - whatever the registry raises, the drafter in use is kept
+            self._problem(f"{e or type(e).__name__}")
+            return None
+        if self._logged:
+            log.info("drafter registry readable again: %s", cur[0] if cur else "nothing published")
+            self._logged.clear()
+        if self.metrics is not None:
+            self.metrics.set_problem(self.SOURCE, None)
+        return cur
+
+    def _problem(self, message: str) -> None:
+        if message not in self._logged:
+            self._logged.add(message)
+            log.warning("drafter registry unreadable, keeping the drafter in use: %s", message)
+        if self.metrics is not None:
+            self.metrics.set_problem(self.SOURCE, message)
 
 
 def _default_trainer_token() -> str:
@@ -85,33 +139,20 @@ def _default_trainer_token() -> str:
     path = models.cache_dir() / "trainer" / httpguard.TOKEN_FILE
     token = httpguard.read_token(path)
     if not token:
-        log.warning("no --trainer-token and no %s: uploads will be refused until the trainer's token is given", path)
+        log.warning("no trainer token given and no %s: uploads will be refused until the trainer's token is given",
+                    path)
     return token
 
 
-def build_server(app, cfg):
-    """The waitress server for ``app``: ``cfg.threads()`` threads, arrival times stamped.
+def build_server(app, cfg, limits=None):
+    """The waitress server for ``app``, with its connection limits (``omnidraft.server.net``)."""
+    from .net import build_server as build
 
-    channel_request_lookahead lets waitress notice a client that hangs up mid-request, so the
-    worker can stop that generation (Job.gone) instead of finishing it for nobody."""
-    import waitress
-    from waitress.task import ThreadedTaskDispatcher
-
-    class ArrivalDispatcher(ThreadedTaskDispatcher):
-        """Stamps when a connection's request was queued, so its timeout counts from arrival (app._arrived)."""
-
-        def add_task(self, task):
-            task.omnidraft_arrived = time.monotonic()
-            super().add_task(task)
-
-    dispatcher = ArrivalDispatcher()
-    dispatcher.set_thread_count(cfg.threads())
-    return waitress.create_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads(), _dispatcher=dispatcher,
-                                  channel_request_lookahead=1, ident="omnidraft")
+    return build(app, cfg, limits)
 
 
 def _serve(session, cfg, record_fns) -> int:
-    from .app import create_app, shutdown
+    from .app import create_app, shutdown, state
 
     outbox = uploader = build_record = None
     if record_fns is not None:
@@ -121,6 +162,8 @@ def _serve(session, cfg, record_fns) -> int:
         uploader = uploader_cls(outbox, cfg.trainer_url, token=cfg.trainer_token or _default_trainer_token())
         uploader.start()
     app = create_app(session, cfg, outbox=outbox, build_record=build_record, uploader=uploader)
+    if isinstance(session.registry, WatchedRegistry):
+        session.registry.metrics = state(app).metrics  # its problems show in /v1/omnidraft/stats
     server = build_server(app, cfg)
 
     def _stop(signum, frame):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..cliutil import TRAINER_TOKEN_ENV, is_loopback_host
+
 SPARE_THREADS = 4
+API_KEY_ENV = "OMNIDRAFT_API_KEY"
 
 
 def _default_app_dir() -> Path:
@@ -23,25 +24,42 @@ DEFAULT_APP_DIR = _default_app_dir()
 
 @dataclass
 class ServerConfig:
-    host: str = field(default="127.0.0.1", metadata={"help": "address to bind; non-loopback needs --api-key"})
-    port: int = field(default=8080, metadata={"help": "TCP port"})
-    api_key: str = field(default="", metadata={"help": "require 'Authorization: Bearer KEY' on /v1 and /metrics"})
+    """Each numeric field's "range" is checked when the flags are parsed, before any model loads."""
+
+    host: str = field(default="127.0.0.1", metadata={"help": "address to bind; non-loopback needs an API key"})
+    port: int = field(default=8080, metadata={"help": "TCP port; 0 = any free port (printed at start-up)",
+                                              "range": (0, 65535)})
+    api_key: str = field(default="", metadata={"help": "require 'Authorization: Bearer KEY' on /v1 and /metrics "
+                                                       f"(visible in ps: prefer --api-key-file or ${API_KEY_ENV})"})
+    api_key_file: str = field(default="", metadata={"help": "read the API key from this file"})
     cors_origin: list[str] = field(default_factory=list,
                                    metadata={"help": "allow this browser origin (repeatable); none = no CORS"})
-    queue_size: int = field(default=16, metadata={"help": "requests waiting for the engine; more get HTTP 429"})
+    allowed_host: list[str] = field(default_factory=list, metadata={"help": "also answer requests whose Host "
+                                    "header names NAME (repeatable; loopback names, the bound address and "
+                                    "--cors-origin hosts always pass; '*' = any). Others get 421: DNS rebinding"})
+    queue_size: int = field(default=16, metadata={"help": "requests waiting for the engine; more get HTTP 429",
+                                                  "range": (1, 4096)})
     request_timeout_s: float = field(default=300.0,
-                                     metadata={"help": "queue wait + generation wall time per request (s)"})
-    max_body_kb: int = field(default=1024, metadata={"help": "largest request body (KiB); larger gets 413"})
+                                     metadata={"help": "queue wait + generation wall time per request (s)",
+                                               "range": (1.0, 86400.0)})
+    max_body_kb: int = field(default=1024, metadata={"help": "largest request body (KiB); larger gets 413",
+                                                     "range": (1, 1 << 20)})
     http_threads: int = field(default=0, metadata={"help": "waitress worker threads; 0 = queue size + 1 + "
-                                                          f"{SPARE_THREADS} (every waiting request holds one)"})
+                                                          f"{SPARE_THREADS} (every waiting request holds one)",
+                                                   "range": (0, 8192)})
     trainer_url: str = field(default="", metadata={"help": "send generation records to this trainer (via outbox)"})
-    trainer_token: str = field(default="", metadata={"help": "the trainer's shared token (default: the one "
-                                                             "`trainer serve` wrote to <cache>/trainer/token)"})
+    trainer_token: str = field(default="", metadata={"help": "the trainer's shared token (default: "
+                                                             f"--trainer-token-file, ${TRAINER_TOKEN_ENV}, else the "
+                                                             "one `trainer serve` wrote to <cache>/trainer/token; "
+                                                             "this flag is visible in ps)"})
+    trainer_token_file: str = field(default="", metadata={"help": "read the trainer's token from this file"})
     registry: str = field(default="", metadata={"help": "drafter registry directory: hot-swap published versions"})
     app_dir: str = field(default="", metadata={"help": "phone web app directory served at /app/ (default: "
                                                        "the one installed with omnidraft)"})
-    save_every: int = field(default=50, metadata={"help": "persist the n-gram cache every N requests"})
-    history: int = field(default=500, metadata={"help": "requests kept for /v1/omnidraft/stats"})
+    save_every: int = field(default=50, metadata={"help": "persist the n-gram cache every N requests (0 = only "
+                                                          "at shutdown)", "range": (0, 10 ** 9)})
+    history: int = field(default=500, metadata={"help": "requests kept for /v1/omnidraft/stats",
+                                                "range": (1, 1_000_000)})
 
     def threads(self) -> int:
         """HTTP threads: one per request the engine queue admits, the running one, and spares for
@@ -56,18 +74,5 @@ class ServerConfig:
         return is_loopback_host(self.host)
 
 
-def is_loopback_host(host: str) -> bool:
-    """True if every address ``host`` resolves to is a loopback address.
-
-    A name is resolved, not matched as text: '127.evil.example' is whatever DNS says it is,
-    and a name that does not resolve is not loopback."""
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return False
-    addrs = {info[4][0].split("%", 1)[0] for info in infos}
-    return bool(addrs) and all(ipaddress.ip_address(a).is_loopback for a in addrs)
+__all__ = ["ServerConfig", "is_loopback_host", "API_KEY_ENV", "TRAINER_TOKEN_ENV", "DEFAULT_APP_DIR",
+           "SPARE_THREADS"]

@@ -4,16 +4,26 @@ Acceptance rates are reported with their counts (``proposed``, ``accepted``), pe
 totals, and ``totals.acceptance`` says it in words ("42.0 % (84/200 drafted)"), or "not measured"
 below ``rates.MIN_DRAFTED`` drafted tokens.
 
+A generation cut off by the request timeout is counted like a finished one (its tokens were produced),
+and flagged ``timed_out`` in the history.  ``problems`` holds what keeps the server from working as
+configured without stopping it (a corrupt drafter registry), until it clears.
+
 Every method takes the one lock: HTTP threads count requests, the engine worker counts generations.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import threading
 import time
 from collections import Counter, deque
 
 from ..rates import MIN_DRAFTED, acceptance_text
+
+RETRY_AFTER_S = (1, 60)  # the bounds of the Retry-After a 429 answer suggests
+DRAIN_WINDOW = 32  # engine jobs whose times estimate how fast the queue drains
+DRAIN_DEFAULT_S = 1.0  # seconds per job assumed before any was timed
 
 
 def _esc(v: str) -> str:
@@ -29,6 +39,8 @@ class Metrics:
         self.ngram: dict = {}
         self.drafter_version = "base"
         self.started = time.time()
+        self.problems: dict[str, str] = {}  # source -> what is wrong, while it is
+        self._job_s: deque = deque(maxlen=DRAIN_WINDOW)  # engine seconds of the last jobs
 
     def count_request(self, endpoint: str, status: int) -> None:
         with self._lock:
@@ -38,15 +50,45 @@ class Metrics:
         with self._lock:
             self.totals[name] += n
 
+    def set_problem(self, source: str, message: str | None) -> None:
+        """Report (a message) or clear (None) a problem shown in the stats and /metrics."""
+        with self._lock:
+            if message is None:
+                self.problems.pop(source, None)
+            else:
+                self.problems[source] = message
+
+    # --------------------------------------------------------- queue drain
+    def job_done(self, seconds: float) -> None:
+        """The engine spent ``seconds`` on one queued job (served, timed out or dropped)."""
+        with self._lock:
+            self._job_s.append(max(0.0, seconds))
+
+    def seconds_per_job(self) -> float:
+        """How long the engine takes per queued job: the median of the last DRAIN_WINDOW jobs.
+
+        A median, not a mean: one long generation must not make every 429 say "come back in four
+        minutes" while the requests queued behind it clear in seconds."""
+        with self._lock:
+            times = list(self._job_s)
+        return statistics.median(times) if times else DRAIN_DEFAULT_S
+
+    def retry_after(self, ahead: int) -> int:
+        """Seconds until the ``ahead`` jobs in front have likely drained, within RETRY_AFTER_S."""
+        lo, hi = RETRY_AFTER_S
+        return int(min(hi, max(lo, math.ceil(ahead * self.seconds_per_job()))))
+
     def record_generation(self, stats, method: str, drafter_version: str, finish_reason: str, endpoint: str,
-                          ngram: dict | None) -> None:
-        """After each finished generation (called by the engine worker)."""
+                          ngram: dict | None, timed_out: bool = False) -> None:
+        """After each generation (called by the engine worker), finished or cut off by the timeout
+        (``timed_out``: ``stats`` counts the tokens produced until then)."""
         with self._lock:
             t = self.totals
             t["generations"] += 1
             t["prompt_tokens"] += stats.prompt_tokens
             t["completion_tokens"] += stats.completion_tokens
             t["target_passes"] += stats.target_passes
+            t["stop_tokens"] += stats.stop_tokens
             t["proposed"] += stats.proposed
             t["accepted"] += stats.accepted
             t["draft_s"] += stats.draft_s + stats.translate_s
@@ -57,7 +99,8 @@ class Metrics:
                 "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.completion_tokens,
                 "proposed": stats.proposed, "accepted": stats.accepted,  # a rate comes with its counts
                 "tokens_per_s": round(stats.tokens_per_s, 3), "acceptance_rate": round(stats.acceptance_rate, 4),
-                "tau": round(stats.tau, 4), "total_s": round(stats.total_s, 4), "finish_reason": finish_reason})
+                "tau": round(stats.tau, 4), "total_s": round(stats.total_s, 4), "finish_reason": finish_reason,
+                "timed_out": timed_out})
             self.drafter_version = drafter_version
             if ngram is not None:
                 self.ngram = dict(ngram)
@@ -74,6 +117,7 @@ class Metrics:
             hist = list(self.history)[-limit:] if limit else list(self.history)
             t = dict(self.totals)
             ngram, ver = dict(self.ngram), self.drafter_version
+            problems = dict(self.problems)
         gen_s = t.get("generation_s", 0.0)
         return {
             "history": hist,
@@ -84,7 +128,7 @@ class Metrics:
                 "acceptance_rate": t["accepted"] / t["proposed"] if t.get("proposed") else 0.0,
                 "acceptance": acceptance_text(t.get("accepted", 0), t.get("proposed", 0)),
                 "min_drafted": MIN_DRAFTED,  # below this many drafted tokens a rate is not shown
-                "tau": t["completion_tokens"] / t["target_passes"] if t.get("target_passes") else 0.0,
+                "tau": _tau(t),
                 "tokens_per_s": t.get("completion_tokens", 0) / gen_s if gen_s else 0.0,
                 "draft_s": t.get("draft_s", 0.0), "verify_s": t.get("verify_s", 0.0),
                 "cancelled": t.get("cancelled", 0), "timeouts": t.get("timeouts", 0),
@@ -92,6 +136,8 @@ class Metrics:
             },
             "drafter_version": ver,
             "ngram_cache": ngram,
+            "queue_seconds_per_job": round(self.seconds_per_job(), 4),
+            "problems": problems,
         }
 
     def prometheus(self, queue_depth: int) -> str:
@@ -99,6 +145,7 @@ class Metrics:
             reqs = dict(self.requests)
             t = Counter(self.totals)
             ngram, ver = dict(self.ngram), self.drafter_version
+            problems = dict(self.problems)
         out: list[str] = []
 
         def metric(name: str, kind: str, helptext: str, samples: list[tuple[dict, float]]) -> None:
@@ -110,7 +157,8 @@ class Metrics:
 
         metric("omnidraft_requests_total", "counter", "HTTP requests by endpoint and status",
                [({"endpoint": e, "status": str(s)}, n) for (e, s), n in sorted(reqs.items())])
-        metric("omnidraft_generations_total", "counter", "finished generations", [({}, t["generations"])])
+        metric("omnidraft_generations_total", "counter", "generations, finished or cut off by the timeout",
+               [({}, t["generations"])])
         metric("omnidraft_prompt_tokens_total", "counter", "prompt tokens processed", [({}, t["prompt_tokens"])])
         metric("omnidraft_tokens_generated_total", "counter", "completion tokens generated",
                [({}, t["completion_tokens"])])
@@ -122,7 +170,7 @@ class Metrics:
                [({}, t["accepted"] / t["proposed"] if t["proposed"] else 0.0)])
         metric("omnidraft_target_passes_total", "counter", "target forward passes", [({}, t["target_passes"])])
         metric("omnidraft_tokens_per_target_pass", "gauge", "tau: generated tokens per target pass since start",
-               [({}, t["completion_tokens"] / t["target_passes"] if t["target_passes"] else 0.0)])
+               [({}, _tau(t))])
         metric("omnidraft_draft_seconds_total", "counter", "seconds spent drafting and translating",
                [({}, t["draft_s"])])
         metric("omnidraft_verify_seconds_total", "counter", "seconds spent in target verification passes",
@@ -139,4 +187,12 @@ class Metrics:
                [({}, t["timeouts"])])
         metric("omnidraft_outbox_failures_total", "counter", "training records that could not be queued",
                [({}, t["outbox_failures"])])
+        metric("omnidraft_problem", "gauge", "a problem the server works around (value 1), e.g. a corrupt "
+               "drafter registry; details in /v1/omnidraft/stats", [({"source": src}, 1) for src in sorted(problems)])
         return "\n".join(out) + "\n"
+
+
+def _tau(t) -> float:
+    """Tokens per target pass since start, end-of-generation tokens counted as GenerationStats.tau does."""
+    passes = t.get("target_passes", 0)
+    return (t.get("completion_tokens", 0) + t.get("stop_tokens", 0)) / passes if passes else 0.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..errors import OmniDraftError
 from ..generator import GenerationParams
@@ -123,6 +124,46 @@ def _logprobs(body: dict, kind: str) -> int | None:
     return (top or 0) if on else None
 
 
+def _off(*harmless) -> Callable[[object], bool]:
+    """A test of a field's value: does it ask for nothing?  None, or one of ``harmless`` (same type and value)."""
+    return lambda v: v is None or any(type(v) is type(h) and v == h for h in harmless)
+
+
+# OpenAI fields whose behaviour this server does not implement: (field, "chat"/"completion"/None for both,
+# what it asks for, whether a value asks for nothing).  A value that asks for nothing (what SDKs send by
+# default) is accepted; any other is refused by name, never silently ignored.  Fields with no effect on
+# the answer (user, store, metadata, service_tier, ...) are accepted as they are.
+UNSUPPORTED: tuple[tuple[str, str | None, str, Callable[[object], bool]], ...] = (
+    ("tools", None, "tool calling", _off([])),
+    ("tool_choice", None, "tool calling", _off("none")),
+    ("functions", None, "function calling", _off([])),
+    ("function_call", None, "function calling", _off("none")),
+    ("response_format", None, "structured output (only {\"type\": \"text\"} is served)", _off({"type": "text"})),
+    ("logit_bias", None, "logit bias", _off({})),
+    ("presence_penalty", None, "repetition penalties", _off(0, 0.0)),
+    ("frequency_penalty", None, "repetition penalties", _off(0, 0.0)),
+    ("best_of", "completion", "best-of sampling", _off(1)),
+    ("echo", "completion", "echoing the prompt", _off(False)),
+    ("suffix", "completion", "insertion (a suffix)", _off("")),
+    ("audio", None, "audio output", _off()),
+    ("modalities", None, "output other than text", _off(["text"])),
+    ("prediction", None, "predicted outputs", _off()),
+    ("web_search_options", None, "web search", _off()),
+    ("reasoning_effort", None, "reasoning effort", _off()),
+)
+
+
+def _refuse_unsupported(body: dict, kind: str) -> None:
+    for name, only, what, harmless in UNSUPPORTED:
+        if (only is None or only == kind) and name in body and not harmless(body[name]):
+            raise _bad(f"'{name}' is not supported: this server does not implement {what}; "
+                       f"remove it from the request", name, "unsupported_parameter")
+    n = body.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+        raise _bad(f"'n' must be 1: this server returns one choice per request, got {n}", "n",
+                   "unsupported_parameter")
+
+
 def _extension(body: dict) -> tuple[str | None, int | None, str | None]:
     ext = body.get("omnidraft")
     if ext is None:
@@ -146,6 +187,7 @@ def parse_request(body, kind: str, n_ctx: int, model_ids: tuple[str, ...]) -> Re
     """Validate a decoded JSON body for /v1/completions ("completion") or /v1/chat/completions ("chat")."""
     if not isinstance(body, dict):
         raise _bad("request body must be a JSON object", None, "invalid_type")
+    _refuse_unsupported(body, kind)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise _bad("'model' must be a string", "model", "invalid_type")

@@ -3,15 +3,15 @@
 llama.cpp contexts are not thread-safe and generation is CPU-bound, so every use of the
 Session (prompt tokenisation, generation, hot swap, saving state) happens on this thread.
 HTTP threads submit a ``Job`` and read its events: ``Chunk``s, then one ``Done``,
-``TimedOut`` or ``ApiError``.  A job whose client went away (``Job.gone()``) is dropped
-between chunks, freeing the engine for the next request.
+``TimedOut``, ``ApiError`` or ``ClientGone``.  A job whose client went away (``Job.gone()``) is
+dropped between chunks, freeing the engine for the next request, and its HTTP thread is told
+(``ClientGone``) so that it serves the next request too instead of waiting out the deadline.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import queue
 import threading
 import time
@@ -27,6 +27,9 @@ from .protocol import ApiError, Request
 log = logging.getLogger(__name__)
 
 RECORD_TOPK = 32
+# How often a waiting HTTP thread checks that its client is still there: a job queued behind a long
+# generation produces no event until the worker reaches it, and its thread must not wait that long.
+POLL_S = 0.25
 
 
 @dataclass
@@ -53,6 +56,11 @@ class TimedOut:
 
 
 @dataclass
+class ClientGone:
+    """The client hung up (or the HTTP side cancelled the job): no more events will come."""
+
+
+@dataclass
 class Job:
     req: Request
     endpoint: str
@@ -72,13 +80,21 @@ class Job:
         except Exception:  # noqa: BLE001 - a broken probe must not kill the worker
             return False
 
-    def next_event(self, slack_s: float = 30.0):
-        """Block for the next event; the worker enforces the deadline, ``slack_s`` guards a stuck worker."""
-        try:
-            return self.events.get(timeout=max(1.0, self.deadline - time.monotonic() + slack_s))
-        except queue.Empty:
-            self.cancel()
-            return ApiError(504, "the engine did not answer in time", code="timeout")
+    def next_event(self, slack_s: float = 30.0, poll_s: float = POLL_S):
+        """Block for the next event, or ``ClientGone`` within ``poll_s`` of a hang-up.  The worker
+        enforces the deadline; ``slack_s`` past it guards against a stuck worker."""
+        give_up = max(time.monotonic() + 1.0, self.deadline + slack_s)
+        while True:
+            try:
+                return self.events.get(timeout=poll_s)
+            except queue.Empty:
+                pass
+            if self.gone():
+                self.cancel()  # still queued: the worker skips it
+                return ClientGone()
+            if time.monotonic() > give_up:
+                self.cancel()
+                return ApiError(504, "the engine did not answer in time", code="timeout")
 
 
 class EngineWorker:
@@ -92,7 +108,6 @@ class EngineWorker:
         self.current: Job | None = None
         self._stop = threading.Event()
         self._served = 0
-        self._avg_s = 1.0
         self.thread = threading.Thread(target=self._run, name="omnidraft-engine", daemon=True)
 
     # ------------------------------------------------------------- HTTP side
@@ -104,7 +119,7 @@ class EngineWorker:
         try:
             self.queue.put_nowait(job)
         except queue.Full:
-            retry = max(1, math.ceil(self._avg_s * self.depth()))
+            retry = self.metrics.retry_after(self.depth())  # the measured drain time of the jobs ahead
             raise ApiError(429, f"the server is busy ({self.depth()} requests queued); retry in {retry} s",
                            code="queue_full", type_="rate_limit_error", headers={"Retry-After": str(retry)})
         return job
@@ -135,7 +150,7 @@ class EngineWorker:
                 job.events.put(ApiError(500, f"internal error: {type(e).__name__}", code="internal_error"))
             finally:
                 self.current = None
-                self._avg_s = 0.8 * self._avg_s + 0.2 * (time.monotonic() - t0)
+                self.metrics.job_done(time.monotonic() - t0)
         while True:  # answer what is still queued
             try:
                 self.queue.get_nowait().events.put(ApiError(503, "the server is shutting down", code="shutdown"))
@@ -146,6 +161,7 @@ class EngineWorker:
         s, req = self.session, job.req
         if job.gone():
             self.metrics.bump("cancelled")
+            job.events.put(ClientGone())  # wakes its HTTP thread now rather than at its next poll
             return
         method = req.method or s.settings.method
         if time.monotonic() > job.deadline:
@@ -191,15 +207,24 @@ class EngineWorker:
                 if job.gone():
                     self.metrics.bump("cancelled")
                     log.info("client went away: generation stopped after %d chunks", len(text))
+                    job.events.put(ClientGone())
                     return None
                 if time.monotonic() > job.deadline:
-                    self.metrics.bump("timeouts")
-                    stats = GenerationStats(method, prompt_tokens=len(prompt.target_ids))
-                    job.events.put(TimedOut("".join(text), method, self.session.drafter_version, stats))
+                    self._timed_out(job, gen, prompt, method, "".join(text))
                     return None
         finally:
             it.close()  # abandoning the stream is safe: the next request resets the target context
         return None
+
+    def _timed_out(self, job: Job, gen, prompt, method: str, text: str) -> None:
+        """Answer with the text so far; its usage and /metrics count the tokens produced until now."""
+        self.metrics.bump("timeouts")
+        live = getattr(gen, "live_stats", None)  # counted by the generator every step
+        stats = dataclasses.replace(live) if live is not None else \
+            GenerationStats(method, prompt_tokens=len(prompt.target_ids))
+        version = self.session.drafter_version
+        job.events.put(TimedOut(text, method, version, stats))
+        self.metrics.record_generation(stats, method, version, "length", job.endpoint, None, timed_out=True)
 
     def _to_outbox(self, final: Final, prompt, method: str, version: str) -> None:
         if self.outbox is None or self.build_record is None:

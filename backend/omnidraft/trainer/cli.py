@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
-    from omnidraft.cliutil import add_dataclass_args
+    from omnidraft.cliutil import TRAINER_TOKEN_ENV, add_dataclass_args
 
     from .service import TrainerConfig
 
@@ -27,6 +27,8 @@ def register(sub) -> None:
     serve = ts.add_parser("serve", help="run the trainer HTTP service on loopback",
                           epilog="Example: omnidraft trainer serve --interval 8 --port 8765")
     add_dataclass_args(serve, TrainerConfig)
+    serve.add_argument("--token-file", default="", help=f"read the shared token from this file (or set "
+                       f"${TRAINER_TOKEN_ENV}; --token shows in ps)")
     serve.set_defaults(func=_cmd_serve)
     exp = ts.add_parser("export", help="re-export a drafter the way updates are published (no training)",
                         description="GGUF -> torch -> GGUF at --qtype -> the logits check against torch, as each "
@@ -53,14 +55,18 @@ def register(sub) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from omnidraft.cliutil import dataclass_from_args
+    from omnidraft.cliutil import TRAINER_TOKEN_ENV, dataclass_from_args, read_secret
 
     from .service import Trainer, TrainerConfig, create_app
 
     cfg = dataclass_from_args(TrainerConfig, args)
+    cfg.token = read_secret("the trainer token", cfg.token, "--token", args.token_file, "--token-file",
+                            TRAINER_TOKEN_ENV)
+    token_at = (args.token_file or ("--token" if args.token else f"${TRAINER_TOKEN_ENV}")) if cfg.token \
+        else cfg.root() / "token"  # where the token is, for the start-up line: never the token itself
+    _check_bind(cfg.host, cfg.port, cfg.token, token_at)  # before anything loads
     trainer = Trainer(cfg).start()
     app = create_app(trainer)
-    token_at = "--token" if cfg.token else cfg.root() / "token"
     try:
         import waitress
     except ImportError:
@@ -82,6 +88,29 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     finally:
         trainer.stop()
     return 0
+
+
+MIN_NETWORK_TOKEN = 16  # characters: a shorter token on a network bind could be guessed
+
+
+def _check_bind(host: str, port: int, token: str, token_at) -> None:
+    """A bind beyond loopback is said loudly, and refused with a guessable token.
+
+    Every /v1 route needs the token (generated, 43 random characters, when none is given), but whoever
+    holds it posts the records every published drafter is trained on: the person starting the trainer
+    must know it listens beyond this machine."""
+    from omnidraft.cliutil import is_loopback_host, warn
+    from omnidraft.errors import BadRequest
+
+    if is_loopback_host(host):
+        return
+    if token and len(token) < MIN_NETWORK_TOKEN:
+        raise BadRequest(f"refusing to bind {host!r} (not loopback) with a {len(token)}-character token: give "
+                         f"one of at least {MIN_NETWORK_TOKEN} characters, or none (one is generated), "
+                         f"or bind 127.0.0.1")
+    warn(f"the trainer binds {host!r}, not loopback: it is reachable from the network on port {port}. Anyone "
+         f"with the token (in {token_at}) can post the records published drafters are trained on; keep it "
+         f"secret, firewall the port, or bind 127.0.0.1")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

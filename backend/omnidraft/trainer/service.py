@@ -10,6 +10,14 @@ HTTP handlers only validate and store records, so an upload never waits for trai
 With LoRA, each update trains a fresh adapter on top of the previous update's merged float32 weights
 (the adapter and its AdamW state start again each update; the float weights never go through the
 quantized file, so quantization error does not accumulate across updates).
+
+One bad record never stops training.  Uploads are checked whole (``records.validate`` against this
+trainer's own drafter vocabulary: fingerprint and size) and refused with a 400 naming the record and the
+field.  Records that reach the inbox anyway (stored by an older build, or a check that missed something)
+are checked again before each update; a step whose loss or gradient is non-finite is not taken, and a
+step that leaves non-finite weights discards the update (the model is reloaded from the last published
+version) -- either way that record is quarantined with the reason (never retried, counted in
+/v1/status) and training goes on with the others.  An update that trained no step publishes nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from omnidraft import httpguard, models
 from omnidraft.errors import BadRequest, OmniDraftError
 from omnidraft.records import RecordError, validate
 from omnidraft.registry import DrafterRegistry
+from omnidraft.vocab_bridge import vocab_fingerprint
 
 from .store import Inbox
 
@@ -33,6 +42,57 @@ log = logging.getLogger(__name__)
 
 
 HISTORY = 100  # updates kept in memory for /v1/status
+MAX_ERRORS = 20  # record errors listed in one 400 answer
+RETRY_MIN_S, RETRY_MAX_S = 5.0, 600.0  # a failing update is tried again after 5 s, 10 s, ... at most 10 min
+
+
+class InvalidRecords(BadRequest):
+    """An upload holds records the trainer cannot use; none of the batch was stored."""
+
+    def __init__(self, errors: list[dict]):
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(f"record {first['index']}{first['at']}: {first['message']}{more}")
+        self.errors = errors
+        self.code = "foreign_vocabulary" if first["field"] == "draft_fp" else "invalid_record"
+
+
+class DrafterUnavailable(OmniDraftError):
+    """The trainer cannot read its own drafter, so it cannot check records against its vocabulary."""
+
+    http_status = 503
+
+
+@dataclass(frozen=True)
+class DrafterVocab:
+    fp: str  # vocab_bridge.vocab_fingerprint of the drafter's token bytes: the records' draft_fp
+    n_vocab: int
+
+
+def read_vocab(path: Path) -> DrafterVocab:
+    """The drafter vocabulary a GGUF holds (llama.cpp, vocabulary only: no weights are read)."""
+    from omnidraft.engine import Engine, EngineConfig
+
+    eng = Engine(path, EngineConfig(vocab_only=True))
+    try:
+        return DrafterVocab(vocab_fingerprint(eng.token_bytes), eng.n_vocab)
+    finally:
+        eng.close()
+
+
+def retry_delay(failures: int) -> float:
+    """Seconds before trying again after ``failures`` failed updates in a row (doubling, capped)."""
+    return min(RETRY_MAX_S, RETRY_MIN_S * 2.0 ** min(max(failures - 1, 0), 30))
+
+
+@dataclass
+class _Pass:
+    """One pass over an update's records."""
+
+    losses: list[float] = field(default_factory=list)
+    bad: list[tuple[int, str, str]] = field(default_factory=list)  # (seq, record id, reason): to quarantine
+    discard: bool = False  # a step left non-finite weights: the whole pass is thrown away
+    model: object = None  # the model trained (with its LoRA adapter, not merged)
 
 
 @dataclass
@@ -76,29 +136,50 @@ class Trainer:
         self.history: list[dict] = []  # the last HISTORY updates' metadata (published ones: also in the registry)
         self.busy = False
         self.last_error: str | None = None
+        self.discarded = 0  # updates thrown away because a step made the weights non-finite
+        self._vocab: DrafterVocab | None = None
+        self._vocab_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # --------------------------------------------------------------- intake
+    def vocab(self) -> DrafterVocab:
+        """This trainer's drafter vocabulary (read from the base once; every published version shares it)."""
+        with self._vocab_lock:
+            if self._vocab is None:
+                try:
+                    self._vocab = read_vocab(self.base_path)
+                except Exception as e:  # noqa: BLE001 - whatever llama.cpp says, records cannot be checked
+                    raise DrafterUnavailable(f"the trainer's drafter {self.base_path} cannot be read ({e}); "
+                                             f"records cannot be checked against its vocabulary") from None
+            return self._vocab
+
     def receive(self, records: list) -> dict:
-        ok, rejected = [], []
-        for r in records:
+        """Store a batch of records if every one is valid for this drafter; else raise InvalidRecords."""
+        vocab = self.vocab()
+        errors = []
+        for i, r in enumerate(records):
             try:
-                ok.append(validate(r))
+                validate(r, vocab.n_vocab, vocab.fp)
             except RecordError as e:
-                rejected.append(str(e))
-        new, dup = self.inbox.add(ok) if ok else (0, 0)
-        if rejected:
-            log.warning("rejected %d records (first: %s)", len(rejected), rejected[0])
+                rid = r["id"] if e.field not in ("record", "schema", "id") else None  # an id checked sound
+                errors.append({"index": i, "id": rid, "field": e.field, "message": str(e),
+                               "at": f" ({rid})" if rid else ""})
+        if errors:
+            log.warning("refused a batch of %d records: %d invalid (first: record %d: %s)", len(records),
+                        len(errors), errors[0]["index"], errors[0]["message"])
+            raise InvalidRecords(errors[:MAX_ERRORS])
+        new, dup = self.inbox.add(records) if records else (0, 0)
         if new:
             self._wake.set()
-        return {"accepted": new, "duplicates": dup, "rejected": len(rejected)}
+        return {"accepted": new, "duplicates": dup, "rejected": 0}
 
     def status(self) -> dict:
         cur = self.registry.current()
         return {**self.inbox.counts(), "updates": self.updates, "steps": self.steps_total, "busy": self.busy,
                 "current": cur[0] if cur else "base", "interval": self.cfg.interval, "last_error": self.last_error,
+                "discarded_updates": self.discarded, "quarantine": self.inbox.quarantined(5),
                 "history": self.history[-5:]}
 
     # -------------------------------------------------------------- training
@@ -122,51 +203,51 @@ class Trainer:
         """Train and publish if at least ``interval`` untrained records are stored."""
         if self.inbox.counts()["untrained"] < self.cfg.interval:
             return None
-        return self.update()
+        return self.update(min_records=self.cfg.interval)
 
-    def update(self) -> dict | None:
-        import torch
+    def update(self, min_records: int = 1) -> dict | None:
+        """Train on the untrained records and publish; None if nothing was published.
 
+        Records training cannot use are quarantined first; with fewer than ``min_records`` usable ones
+        left, nothing is trained.  A pass whose step left non-finite weights is discarded and run again
+        without that record, from the last published weights."""
         from .export import check_gguf, export_gguf
-        from .loss import batch_from_record, record_loss
-        from .model import add_lora, merged
+        from .model import merged
 
         rows = self.inbox.untrained()
         if not rows:
             return None
         self.busy = True
         try:
-            if self.model is None:
-                self._load()
-            cfg = self.cfg
-            model = add_lora(self.model, cfg.lora_rank) if cfg.lora_rank > 0 else self.model
-            model.train()
-            params = [p for p in model.parameters() if p.requires_grad]
-            opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-            n_vocab = self.model.get_input_embeddings().weight.shape[0]
-            t0, losses, infos = time.perf_counter(), [], []
-            for i, (_, rec) in enumerate(rows):
-                if max(rec["output_ids"] + rec["prompt_ids"], default=0) >= n_vocab:
-                    log.warning("record %s has ids beyond the drafter vocabulary: skipped", rec["id"])
-                    continue
-                b = batch_from_record(rec, cfg.max_len)
-                if b is None:
-                    continue
-                loss, info = record_loss(model, b, cfg.lam)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                opt.step()
-                losses.append(info["loss"])
-                infos.append(info)
-                log.info("update %d step %d/%d: loss %.4f (L_DM %.4f over %d, L_ngram %.4f over %d)",
-                         self.updates + 1, i + 1, len(rows), info["loss"], info["l_dm"], info["n_dm"],
-                         info["l_ngram"], info["n_ngram"])
-            model.eval()
-            self.model = merged(model)
+            rows = self._screen(rows)
+            if len(rows) < min_records:
+                return None
+            while True:
+                if self.model is None:
+                    self._load()
+                t0 = time.perf_counter()
+                done = self._train_pass(rows)
+                self._quarantine(done.bad)
+                bad = {seq for seq, _, _ in done.bad}
+                rows = [r for r in rows if r[0] not in bad]
+                if not done.discard:
+                    break
+                self.discarded += 1
+                self.model = None  # the adapter (or the fully trained weights) went non-finite: start over
+                log.error("update %d discarded (non-finite weights); training again on %d records from %s",
+                          self.updates + 1, len(rows), self.model_version or "base")
+            self.model = merged(done.model)
             train_s = time.perf_counter() - t0
-            self.steps_total += len(losses)
-            meta = self._publish(export_gguf, check_gguf, losses, train_s, len(rows))
+            if not done.losses:
+                # nothing learned: publishing would be an identical drafter under a new name
+                self.inbox.skip([(seq, "no position to train on") for seq, _ in rows])
+                log.warning("update trained 0 steps on %d records: nothing published", len(rows))
+                self.last_error = None
+                return None
+            if not _finite(self.model.parameters()):
+                raise FloatingPointError("the merged weights are non-finite: not published")
+            self.steps_total += len(done.losses)
+            meta = self._publish(export_gguf, check_gguf, done.losses, train_s, len(rows))
             self.inbox.mark_trained([s for s, _ in rows], self.updates + 1)
             self.updates += 1
             self.history.append(meta)
@@ -175,10 +256,77 @@ class Trainer:
             return meta
         except Exception as e:
             self.last_error = f"{type(e).__name__}: {e}"
+            self.model = None  # half-trained or unpublished weights: the next try starts from the last published
             log.exception("trainer update failed; records stay untrained")
             raise
         finally:
             self.busy = False
+
+    def _screen(self, rows: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+        """The rows that are valid records of this drafter's vocabulary; the others are quarantined."""
+        vocab = self.vocab()
+        good, bad = [], []
+        for seq, rec in rows:
+            try:
+                good.append((seq, validate(rec, vocab.n_vocab, vocab.fp)))
+            except RecordError as e:
+                rid = rec.get("id") if isinstance(rec, dict) else None
+                name = rid if isinstance(rid, str) and rid.isascii() and len(rid) <= 64 else f"at seq {seq}"
+                bad.append((seq, name, f"invalid record: {e}"))
+        self._quarantine(bad)
+        return good
+
+    def _train_pass(self, rows: list[tuple[int, dict]]) -> _Pass:
+        """One AdamW step per record (on a fresh adapter with LoRA), skipping any step whose loss or gradient
+        is non-finite; stops (``discard``) at a step that leaves non-finite weights."""
+        import torch
+
+        from . import loss as L
+        from .model import add_lora
+
+        cfg = self.cfg
+        model = add_lora(self.model, cfg.lora_rank) if cfg.lora_rank > 0 else self.model
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        done = _Pass(model=model)
+        for i, (seq, rec) in enumerate(rows):
+            try:
+                b = L.batch_from_record(rec, cfg.max_len)
+                if b is None:
+                    continue
+                loss, info = L.record_loss(model, b, cfg.lam)
+            except (ValueError, TypeError, IndexError, KeyError) as e:  # past validation: still never fatal
+                done.bad.append((seq, rec["id"], f"the record could not be trained on: {type(e).__name__}: {e}"))
+                continue
+            if not bool(torch.isfinite(loss)):
+                done.bad.append((seq, rec["id"], f"non-finite loss ({loss.item()}): step not taken"))
+                continue
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+            if not bool(torch.isfinite(norm)):
+                opt.zero_grad(set_to_none=True)
+                done.bad.append((seq, rec["id"], f"non-finite gradient (norm {norm.item()}): step not taken"))
+                continue
+            opt.step()
+            if not _finite(params):
+                done.bad.append((seq, rec["id"], "non-finite weights after its step: update discarded"))
+                done.discard = True
+                return done
+            done.losses.append(info["loss"])
+            log.info("update %d step %d/%d: loss %.4f (L_DM %.4f over %d, L_ngram %.4f over %d)",
+                     self.updates + 1, i + 1, len(rows), info["loss"], info["l_dm"], info["n_dm"],
+                     info["l_ngram"], info["n_ngram"])
+        model.eval()
+        return done
+
+    def _quarantine(self, bad: list[tuple[int, str, str]]) -> None:
+        if not bad:
+            return
+        self.inbox.quarantine([(seq, reason) for seq, _, reason in bad])
+        for _, rid, reason in bad:
+            log.error("record %s quarantined (never retried): %s", rid, reason)
 
     def _publish(self, export_gguf, check_gguf, losses: list[float], train_s: float, n_records: int) -> dict:
         cfg = self.cfg
@@ -208,6 +356,7 @@ class Trainer:
 
     # --------------------------------------------------------------- worker
     def start(self) -> "Trainer":
+        self.vocab()  # a drafter that cannot be read fails here, at start-up, not at the first upload
         self._thread = threading.Thread(target=self._run, name="omnidraft-trainer", daemon=True)
         self._thread.start()
         return self
@@ -219,13 +368,16 @@ class Trainer:
             self._thread.join(600)
 
     def _run(self) -> None:
+        failures = 0
         while not self._stop.is_set():
             self._wake.wait(2.0)
             self._wake.clear()
             try:
                 self.maybe_update()
-            except Exception:  # noqa: BLE001 - logged in update(); the worker goes on
-                time.sleep(5.0)
+                failures = 0
+            except Exception:  # noqa: BLE001 - logged in update(); the worker goes on, more slowly each time
+                failures += 1
+                self._stop.wait(retry_delay(failures))
 
 
 # ------------------------------------------------------------------ HTTP
@@ -275,6 +427,12 @@ def create_app(trainer: Trainer, max_body: int = MAX_BODY):
     def _http_error(e: HTTPException):
         return jsonify(error=e.description or e.name, code=e.name.lower().replace(" ", "_")), e.code
 
+    @app.errorhandler(InvalidRecords)
+    def _invalid_records(e: InvalidRecords):
+        first = e.errors[0]
+        return jsonify(error=str(e), code=e.code, index=first["index"], id=first["id"], field=first["field"],
+                       errors=[{k: x[k] for k in ("index", "id", "field", "message")} for x in e.errors]), 400
+
     @app.errorhandler(OmniDraftError)
     def _typed_error(e: OmniDraftError):
         return jsonify(error=str(e), code=type(e).__name__), e.http_status
@@ -316,3 +474,9 @@ def start_http(trainer: Trainer, host: str = "127.0.0.1", port: int = 0):
     server = make_server(host, port, create_app(trainer), threaded=True)
     threading.Thread(target=server.serve_forever, name="omnidraft-trainer-http", daemon=True).start()
     return server, server.server_port
+
+
+def _finite(params) -> bool:
+    import torch
+
+    return all(bool(torch.isfinite(p).all()) for p in params)

@@ -1,4 +1,8 @@
-"""The trainer's inbox: received records, stored durably and deduplicated by record id (SQLite, WAL, FULL)."""
+"""The trainer's inbox: received records, stored durably and deduplicated by record id (SQLite, WAL, FULL).
+
+A record's ``trained`` column is its state: 0 pending, N > 0 trained in update N, ``QUARANTINED`` (a record
+training cannot use: invalid, or its step went non-finite; never retried) or ``SKIPPED`` (valid, but no
+position to learn from).  ``note`` says why, ``noted`` when; the record itself is kept for inspection."""
 
 from __future__ import annotations
 
@@ -10,6 +14,9 @@ import zlib
 from pathlib import Path
 
 
+PENDING, QUARANTINED, SKIPPED = 0, -1, -2
+
+
 class Inbox:
     def __init__(self, path: str | Path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -18,7 +25,12 @@ class Inbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-                         "rid TEXT UNIQUE NOT NULL, received REAL, trained INTEGER NOT NULL DEFAULT 0, body BLOB)")
+                         "rid TEXT UNIQUE NOT NULL, received REAL, trained INTEGER NOT NULL DEFAULT 0, body BLOB, "
+                         "note TEXT, noted REAL)")
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(records)")}
+        for col, kind in (("note", "TEXT"), ("noted", "REAL")):  # an inbox from before quarantine existed
+            if col not in have:
+                self._db.execute(f"ALTER TABLE records ADD COLUMN {col} {kind}")
 
     def add(self, records: list[dict]) -> tuple[int, int]:
         """Store records in one transaction; return (new, duplicates)."""
@@ -47,11 +59,34 @@ class Inbox:
         with self._lock:
             self._db.executemany("UPDATE records SET trained = ? WHERE seq = ?", [(update, s) for s in seqs])
 
+    def quarantine(self, items: list[tuple[int, str]]) -> None:
+        """Set records aside for good: [(seq, reason)]."""
+        self._set_state(QUARANTINED, items)
+
+    def skip(self, items: list[tuple[int, str]]) -> None:
+        """Records with nothing to learn from: [(seq, reason)]; not pending any more."""
+        self._set_state(SKIPPED, items)
+
+    def quarantined(self, limit: int = 5) -> list[dict]:
+        """The most recently quarantined records: [{id, reason, at}], newest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT rid, note, noted FROM records WHERE trained = ? "
+                                    "ORDER BY noted DESC, seq DESC LIMIT ?", (QUARANTINED, limit)).fetchall()
+        return [{"id": rid, "reason": note, "at": noted} for rid, note, noted in rows]
+
     def counts(self) -> dict:
         with self._lock:
-            total, pending = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(trained = 0), 0) FROM records").fetchone()
-        return {"records": int(total), "untrained": int(pending)}
+            total, pending, quarantined, skipped = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(trained = 0), 0), COALESCE(SUM(trained = ?), 0), "
+                "COALESCE(SUM(trained = ?), 0) FROM records", (QUARANTINED, SKIPPED)).fetchone()
+        return {"records": int(total), "untrained": int(pending), "quarantined": int(quarantined),
+                "skipped": int(skipped)}
+
+    def _set_state(self, state: int, items: list[tuple[int, str]]) -> None:
+        now = time.time()
+        with self._lock:
+            self._db.executemany("UPDATE records SET trained = ?, note = ?, noted = ? WHERE seq = ?",
+                                 [(state, reason, now, seq) for seq, reason in items])
 
     def close(self) -> None:
         with self._lock:
