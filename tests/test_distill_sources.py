@@ -18,6 +18,7 @@ def test_training_files_leave_out_every_heldout_file_and_family():
     assert not held & {f.name for f in train}
     for lang, fam in corpora.HELDOUT_FAMILIES.items():
         assert all(not f.name.startswith(fam) for f in train if f.lang == lang)
+    assert ds.ADAPTATION_DOMAIN not in ds.training_files()  # online adaptation's new domain: never distilled
     # the held-out family is really there (else the benchmark set would draw from nothing)
     assert any(corpora.file_split(f) == "heldout-family" for f in files)
 
