@@ -83,6 +83,27 @@ class FakeSession:
 
 
 @contextlib.contextmanager
+def app_maker(tmp_path):
+    """Yields ``make(session=None, **ServerConfig fields)`` -> a server app on ``FakeSession`` by default;
+    every app made is shut down on exit."""
+    from omnidraft.server import ServerConfig, create_app
+    from omnidraft.server.app import shutdown
+
+    apps = []
+
+    def make(session=None, **kw):
+        app = create_app(session or FakeSession(), ServerConfig(app_dir=str(tmp_path / "app"), **kw))
+        apps.append(app)
+        return app
+
+    try:
+        yield make
+    finally:
+        for a in apps:
+            shutdown(a)
+
+
+@contextlib.contextmanager
 def serving(app, cfg, **kw):
     """``app`` behind ``omnidraft.server.cli.build_server`` (the real waitress set-up) on a free loopback
     port, in a thread; yields the port.  ``kw`` goes to build_server."""

@@ -116,6 +116,21 @@ def ask(page, prompt: str = PROMPT) -> None:
 
 
 # ------------------------------------------------------------------- tests
+def sse(pieces: list[str], final: dict, finish: str = "stop", drafter_version: str = "v3", **ext) -> str:
+    """A chat completion streamed as the server streams it: ``pieces`` (from_draft alternating), then the final
+    chunk with ``final`` as its stats and ``ext`` beside them (for answers crafted through Playwright's routing)."""
+    def chunk(delta, ext=None, fin=None):
+        c = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": fin}]}
+        if ext is not None:
+            c["omnidraft"] = ext
+        return f"data: {json.dumps(c)}\n\n"
+    body = [chunk({"role": "assistant", "content": ""})]
+    body += [chunk({"content": p}, {"from_draft": i % 2 == 1}) for i, p in enumerate(pieces)]
+    body += [chunk({}, {"stats": final, "drafter_version": drafter_version, **ext}, finish), "data: [DONE]\n\n"]
+    return "".join(body)
+
+
 def test_chat_streams_highlights_and_updates_figures(phone, server):
     url, fake = server
     open_app(phone, url)

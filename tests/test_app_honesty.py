@@ -16,7 +16,7 @@ import pytest
 
 from fake_omnidraft_server import ServerThread, create_app
 from test_android_app import (PIXEL_7, A11Y_AUDIT, ask, browser, open_app, phone, server,  # noqa: F401
-                              shot)
+                              shot, sse)
 
 GAIN_NOTE = "the cost policy drafted where it predicts a gain (predicted 1.60x at draft length 3)"
 ALONE_NOTE = ("the cost policy ran the target alone, it is faster on this machine "
@@ -32,19 +32,6 @@ def stats(**kw) -> dict:
     s.setdefault("acceptance_rate", s["accepted"] / s["proposed"] if s["proposed"] else 0.0)
     s.setdefault("tau", s["completion_tokens"] / s["target_passes"] if s["target_passes"] else 0.0)
     return s
-
-
-def sse(pieces: list[str], final: dict, finish: str = "stop", **ext) -> str:
-    def chunk(delta, ext=None, fin=None):
-        c = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
-             "choices": [{"index": 0, "delta": delta, "finish_reason": fin}]}
-        if ext is not None:
-            c["omnidraft"] = ext
-        return f"data: {json.dumps(c)}\n\n"
-    body = [chunk({"role": "assistant", "content": ""})]
-    body += [chunk({"content": p}, {"from_draft": i % 2 == 1}) for i, p in enumerate(pieces)]
-    body += [chunk({}, {"stats": final, "drafter_version": "v3", **ext}, finish), "data: [DONE]\n\n"]
-    return "".join(body)
 
 
 def answer_with(page, pieces: list[str], final: dict, finish: str = "stop", **ext) -> None:

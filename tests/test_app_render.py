@@ -7,12 +7,11 @@ then crafted model output answered through Playwright's routing.  Same requireme
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from fake_omnidraft_server import CANNED, canned_stats
-from test_android_app import A11Y_AUDIT, ask, browser, open_app, phone, server, set_max_tokens, shot  # noqa: F401
+from test_android_app import (A11Y_AUDIT, ask, browser, open_app, phone, server, set_max_tokens,  # noqa: F401
+                              shot, sse)
 
 CODE = "".join(t for t, _ in CANNED).split("```python\n")[1].split("```")[0]
 
@@ -25,20 +24,11 @@ HOSTILE = ["Look: <script>window.__pwned = 'script'</script> and ",
 
 
 def _sse(pieces: list[str]) -> str:
-    def chunk(delta, ext=None, finish=None):
-        c = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
-             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        if ext is not None:
-            c["omnidraft"] = ext
-        return f"data: {json.dumps(c)}\n\n"
-    body = [chunk({"role": "assistant", "content": ""})]
-    body += [chunk({"content": p}, {"from_draft": i % 2 == 1}) for i, p in enumerate(pieces)]
     stats = {"completion_tokens": 60, "proposed": 0, "accepted": 0, "acceptance_rate": 0, "tau": 1.0,
              "tokens_per_s": 9.5, "method": "omnidraft",
              "policy_note": "the cost policy ran the target alone, it is faster on this machine "
                             "(predicted 0.90x at best, even with every drafted token accepted)"}
-    body += [chunk({}, {"stats": stats, "drafter_version": "v0"}, "stop"), "data: [DONE]\n\n"]
-    return "".join(body)
+    return sse(pieces, stats, drafter_version="v0")
 
 
 def test_code_fence_renders_as_a_code_block_with_copy_and_draft_highlights(phone, server):

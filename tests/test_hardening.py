@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from hardening_helpers import FakeSession
+from hardening_helpers import FakeSession, app_maker
 from omnidraft import models
 from omnidraft.cli import main as cli_main
 from omnidraft.ngram_cache import NGramCache
@@ -41,16 +41,8 @@ PROMPT = {"prompt": "hi there", "max_tokens": 4}
 
 @pytest.fixture
 def make(tmp_path):
-    apps = []
-
-    def _make(session=None, **kw):
-        app = create_app(session or FakeSession(), ServerConfig(app_dir=str(tmp_path / "app"), **kw))
-        apps.append(app)
-        return app.test_client()
-
-    yield _make
-    for a in apps:
-        shutdown(a)
+    with app_maker(tmp_path) as new_app:
+        yield lambda session=None, **kw: new_app(session, **kw).test_client()
 
 
 @pytest.fixture

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from hardening_helpers import FakePrompt, FakeSession
+from hardening_helpers import FakePrompt, FakeSession, app_maker
 from omnidraft import models
 from omnidraft.cli import main as cli_main
 from omnidraft.generator import Final, GenerationParams, GenerationStats
-from omnidraft.server import ServerConfig, create_app
-from omnidraft.server.app import shutdown, state
+from omnidraft.server.app import state
 from omnidraft.server.protocol import ApiError, parse_request
 from omnidraft.server.worker import Job
 from omnidraft.session import Session
@@ -34,16 +33,8 @@ PS = "(ps, /proc/PID/cmdline)"  # how a secret on the command line is warned abo
 
 @pytest.fixture
 def make(tmp_path):
-    apps = []
-
-    def _make(session=None, **kw):
-        app = create_app(session or FakeSession(), ServerConfig(app_dir=str(tmp_path / "app"), **kw))
-        apps.append(app)
-        return app
-
-    yield _make
-    for a in apps:
-        shutdown(a)
+    with app_maker(tmp_path) as new_app:
+        yield new_app
 
 
 def _prometheus(text: str, name: str) -> float:
