@@ -19,13 +19,13 @@ _MODEL_HELP = "a .gguf path or a short model name ({names}); short names are dow
 
 
 def _model_arg(value: str) -> str:
-    from omnidraft.models import resolve
+    from omnidraft.assets.models import resolve
 
     return str(resolve(value))
 
 
 def _parser() -> argparse.ArgumentParser:
-    from omnidraft.models import REGISTRY
+    from omnidraft.assets.models import REGISTRY
 
     names = ", ".join(REGISTRY)
     p = argparse.ArgumentParser(

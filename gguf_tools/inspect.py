@@ -16,7 +16,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from omnidraft.engine import check_gguf_header
+from omnidraft.llama.engine import check_gguf_header
 from omnidraft.errors import InvalidModelFile
 
 # tokenizer.ggml.<name>_token_id keys reported as special ids (llama.cpp spells "separator" wrongly)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from omnidraft import llama_log
+from omnidraft.llama import log as llama_log
 from omnidraft.errors import BadRequest, InvalidModelFile
 
 from .inspect import read

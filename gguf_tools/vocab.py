@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omnidraft.engine import Engine, EngineConfig
+from omnidraft.llama.engine import Engine, EngineConfig
 
 
 def _table(engine: Engine) -> dict[bytes, int]:

@@ -22,12 +22,12 @@ import logging
 import time
 from pathlib import Path
 
-from omnidraft import models
-from omnidraft.adapt import AdaptConfig, evaluate, export_control, load_items, prompt_input
-from omnidraft.generator import GenerationParams
-from omnidraft.rates import acceptance_text
-from omnidraft.records import build_record
-from omnidraft.session import Session, Settings
+from omnidraft.assets import models
+from omnidraft.apps.adapt import AdaptConfig, evaluate, export_control, load_items, prompt_input
+from omnidraft.spec.generator import GenerationParams
+from omnidraft.online.rates import acceptance_text
+from omnidraft.online.records import build_record
+from omnidraft.runtime.session import Session, Settings
 
 
 def heldout_loss(model, records: list[dict], lam: float) -> float:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project on the lent GPU machine (issues 12 and 13): build llama-cpp-python there with the flags
-# backend/omnidraft/llama_build.py names for that CPU, run `omnidraft doctor` (the build probe through
+# backend/omnidraft/llama/build.py names for that CPU, run `omnidraft doctor` (the build probe through
 # the product's own Engine), measure each kernel mode's fidelity and pass times on random-weight
 # models of the real shapes (Q4_K_M as shipped, Q4_0 requantized) at 4 and 8 threads, then the same
 # with a CUDA build on the GPU.
@@ -22,7 +22,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 build() {  # $1 = cpu | gpu
   [ -f "/tmp/llama-$1/llama_cpp/__init__.py" ] && return 0  # still there on a warm machine
   local args
-  args="$(python3 backend/omnidraft/llama_build.py cmake-args native)"
+  args="$(python3 backend/omnidraft/llama/build.py cmake-args native)"
   if [ "$1" = gpu ]; then
     args="$args -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF"
   fi
@@ -54,12 +54,12 @@ echo "[device] $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 BUILDS=" ${DEVICE_BUILDS:-cpu gpu} "  # e.g. DEVICE_BUILDS=gpu: only the CUDA half
 [[ $BUILDS == *" cpu "* ]] && build cpu && {
-  PYTHONPATH="/tmp/llama-cpu:/tmp/site:$ROOT/backend:$ROOT" python3 -m omnidraft.cli doctor 2>&1 \
+  PYTHONPATH="/tmp/llama-cpu:/tmp/site:$ROOT/backend:$ROOT" python3 -m omnidraft.apps.cli doctor 2>&1 \
     | tee "$OUT/doctor-cpu.txt"
   kernels cpu 2>&1 | tail -20
 }
 [[ $BUILDS == *" gpu "* ]] && build gpu && {
-  PYTHONPATH="/tmp/llama-gpu:/tmp/site:$ROOT/backend:$ROOT" python3 -m omnidraft.cli doctor --gpu-layers -1 2>&1 \
+  PYTHONPATH="/tmp/llama-gpu:/tmp/site:$ROOT/backend:$ROOT" python3 -m omnidraft.apps.cli doctor --gpu-layers -1 2>&1 \
     | tee "$OUT/doctor-gpu.txt"
   kernels gpu 2>&1 | tail -10
 }

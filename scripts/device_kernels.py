@@ -17,8 +17,8 @@ import json
 import logging
 from pathlib import Path
 
-from omnidraft import costmodel, invariance  # first: libllama before numpy (see omnidraft/__init__.py)
-from omnidraft.engine import Engine, EngineConfig
+from omnidraft.llama import costmodel, invariance  # first: libllama before numpy (see omnidraft/__init__.py)
+from omnidraft.llama.engine import Engine, EngineConfig
 from gguf_tools import synth
 
 WORK = Path("/tmp/synthetic")

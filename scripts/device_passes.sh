@@ -38,7 +38,7 @@ device_run() {
   [ -f "$model" ] || python3 -c 'import omnidraft, sys
 from gguf_tools import synth
 synth.build(sys.argv[1], sys.argv[2], seed=0, qtype="q4_0_pure")' "$CARRY/skeletons/qwen2.5-coder-1.5b.gguf.gz" "$model"
-  python3 -m omnidraft.buildprobe --threads 8
+  python3 -m omnidraft.llama.buildprobe --threads 8
   python3 -m omnidraft.bench.passes --targets "$model" --threads-list "$THREADS" --kernels sbq4,ggml \
     --rounds 3 --out "$OUT" 2>&1 | tee "$OUT/run-passes.log"
 }

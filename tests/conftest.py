@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from omnidraft import models
-from omnidraft.engine import Engine, EngineConfig
+from omnidraft.assets import models
+from omnidraft.llama.engine import Engine, EngineConfig
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -55,7 +55,7 @@ def default_session(tmp_path_factory):
     OMNIDRAFT_TEST_DRAFT=<name or .gguf> runs the same tests with another drafter (e.g. the full
     SmolLM2: ``OMNIDRAFT_TEST_DRAFT=smollm2-135m pytest tests/test_lossless.py``), and
     OMNIDRAFT_TEST_TARGET with another target (``qwen2.5-coder-0.5b``: the shipped Q4_K_M)."""
-    from omnidraft.session import Session, Settings
+    from omnidraft.runtime.session import Session, Settings
 
     from tests.serve_helpers import seed_state
 
@@ -73,7 +73,7 @@ def target_reference():
     """``reference_target_tokens`` memoised per (target engine, prompt tokens, sampling): the target alone's
     output is a pure function of these (it starts from a reset context), so tests that compare several
     methods or guards against the same prompt share one reference run instead of repeating it."""
-    from omnidraft.generator import reference_target_tokens
+    from omnidraft.spec.generator import reference_target_tokens
 
     memo: dict = {}
 

@@ -35,7 +35,7 @@ def hf_tokenizer_dir(vocab_name: str) -> Path:
     ``ggml-vocab-<vocab_name>.gguf``; also writes ``n_tokens.json``.  Cached across sessions."""
     import transformers
 
-    from omnidraft.models import cache_dir, vocab_path
+    from omnidraft.assets.models import cache_dir, vocab_path
 
     dest = cache_dir() / "hf-tokenizers" / f"{vocab_name}-transformers{transformers.__version__}"
     if (dest / "n_tokens.json").is_file():
@@ -104,7 +104,7 @@ def make_tiny_gguf(arch: str, out_path: str | os.PathLike, vocab_name: str | Non
     The HF checkpoint is kept beside the GGUF as ``<out_path>.hf/``.
     """
     from gguf_tools.convert import convert
-    from omnidraft.models import vocab_path
+    from omnidraft.assets.models import vocab_path
 
     vocab_name = vocab_name or DEFAULT_VOCAB[arch]
     out_path = Path(out_path)

@@ -15,8 +15,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from omnidraft.generator import Final, GenerationStats
-from omnidraft.textstream import TextStream
+from omnidraft.spec.generator import Final, GenerationStats
+from omnidraft.vocab.textstream import TextStream
 
 
 @dataclass
@@ -123,7 +123,7 @@ def serving(app, cfg, **kw):
 def _child(outbox_path: str, record_delay_s: float) -> None:
     import waitress
 
-    from omnidraft.outbox import Outbox
+    from omnidraft.online.outbox import Outbox
     from omnidraft.server import ServerConfig, create_app
 
     def build_record(final, prompt, pair, method, version):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from omnidraft import models
+from omnidraft.assets import models
 
 N_CTX = 2048
 
@@ -83,7 +83,7 @@ def serve_process(tmp_path: Path, *extra: str, ready_s: float = 180.0):
     port = free_port()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "omnidraft.cli", "serve", "--port", str(port), "--threads", "2",
+        [sys.executable, "-m", "omnidraft.apps.cli", "serve", "--port", str(port), "--threads", "2",
          "--n-ctx", str(N_CTX), "--draft-n-ctx", str(N_CTX), "--state-dir", str(state), *extra],
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -12,11 +12,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from omnidraft import costmodel  # noqa: E402
-from omnidraft.adapt import AdaptConfig, run  # noqa: E402
-from omnidraft.costmodel import CostModel  # noqa: E402
-from omnidraft.rates import MIN_DRAFTED  # noqa: E402
-from omnidraft.session import Settings  # noqa: E402
+from omnidraft.llama import costmodel  # noqa: E402
+from omnidraft.apps.adapt import AdaptConfig, run  # noqa: E402
+from omnidraft.llama.costmodel import CostModel  # noqa: E402
+from omnidraft.online.rates import MIN_DRAFTED  # noqa: E402
+from omnidraft.runtime.session import Settings  # noqa: E402
 
 from tests.gguf_helpers import tiny_gguf  # noqa: E402
 
@@ -40,7 +40,7 @@ def adapt_run(tmp_path_factory):
                         draft_n_ctx=1024, state_dir=str(root / "state"))
     mp = pytest.MonkeyPatch()
     mp.setattr(costmodel, "measure", never_draft)  # what Session.measure_costs seeds the stream's policy with
-    mp.setattr("omnidraft.adapt.prompt_input", lambda gen, item: gen.prompt_from_text(item[0]))  # no chat template
+    mp.setattr("omnidraft.apps.adapt.prompt_input", lambda gen, item: gen.prompt_from_text(item[0]))  # no chat template
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):

@@ -1,11 +1,11 @@
-"""Rates with their counts (omnidraft.rates), in the server's learning stats and in adapt's plot; no models."""
+"""Rates with their counts (omnidraft.online.rates), in the server's learning stats and in adapt's plot; no models."""
 
 from __future__ import annotations
 
 import pytest
 
-from omnidraft.generator import GenerationStats
-from omnidraft.rates import MIN_DRAFTED, acceptance_text
+from omnidraft.spec.generator import GenerationStats
+from omnidraft.online.rates import MIN_DRAFTED, acceptance_text
 from omnidraft.server.metrics import Metrics
 
 
@@ -30,7 +30,7 @@ def test_learning_stats_carry_counts():
 
 def test_adapt_plot_leaves_unmeasured_points_out(tmp_path):
     pytest.importorskip("matplotlib")
-    from omnidraft.adapt import _plot
+    from omnidraft.apps.adapt import _plot
 
     pt = {"k": 4, "tau": 1.5, "tokens": 10, "target_passes": 7, "seconds": 1}
     curve = [{"prompts": 0, "version": "base", "acceptance": 0.4, "accepted": 40, "proposed": 100, "measured": True,

@@ -13,13 +13,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "backend" / "omnidraft"
 
-CORE = {"chat", "codec", "costmodel", "drafters", "engine", "errors", "generator", "invariance", "llama_log",
-        "methods", "ngram_cache", "policy", "predictor", "seq", "textstream", "translator", "verifier",
-        "vocab_bridge", "models", "llama_build", "buildprobe", "httpguard", "cliutil", "corpora"}
-CONTRACT = {"records", "outbox", "registry", "rates"}
+CORE = {"vocab.chat", "vocab.codec", "llama.costmodel", "spec.drafters", "llama.engine", "errors", "spec.generator", "llama.invariance", "llama.log",
+        "spec.methods", "vocab.ngram_cache", "spec.policy", "spec.predictor", "seq", "vocab.textstream", "vocab.translator", "spec.verifier",
+        "vocab.bridge", "assets.models", "llama.build", "llama.buildprobe", "httpguard", "cliutil", "assets.corpora",
+        "llama", "vocab", "spec", "assets"}
+CONTRACT = {"online", "online.records", "online.outbox", "online.registry", "online.rates"}
 TRAINER_PROCESS = {"trainer.service", "trainer.export", "trainer.loss", "trainer.model", "trainer.store",
                    "trainer.cli"}
-APPS = {"cli", "adapt", "session", "doctor"}
+APPS = {"apps.cli", "apps.adapt", "runtime.session", "apps.doctor"}
 
 
 def _module_name(path: Path) -> str:
@@ -76,7 +77,7 @@ def test_contract_imports_only_core_and_contract():
 def test_serving_never_imports_training_or_apps_other_than_the_factory():
     g = graph()
     serving = {n for n in g if _top(n) == "server"}
-    bad = _violations(g, serving, lambda d: _top(d) in ("trainer", "bench", "adapt", "cli"))
+    bad = _violations(g, serving, lambda d: _top(d) in ("trainer", "bench", "apps", "distill"))
     assert not bad, bad
 
 
@@ -93,9 +94,9 @@ def test_adapt_meets_the_trainer_only_through_records_and_the_registry():
     """``omnidraft adapt`` runs the trainer as its own process (``omnidraft trainer serve|export``), as a
     server deployment does: it imports no trainer module, so no torch model or training state in-process."""
     g = graph()
-    bad = _violations(g, {"adapt"}, lambda d: _top(d) == "trainer")
+    bad = _violations(g, {"apps.adapt"}, lambda d: _top(d) == "trainer")
     assert not bad, bad
-    assert "registry" in g["adapt"] and "outbox" in g["adapt"]
+    assert "online.registry" in g["apps.adapt"] and "online.outbox" in g["apps.adapt"]
 
 
 def test_no_import_cycles():
@@ -126,6 +127,6 @@ def test_no_importlib_for_our_own_modules():
 def test_the_rules_see_real_edges():
     """Guard against a parser that finds nothing (a test that cannot fail)."""
     g = graph()
-    assert "engine" in g["generator"] and "verifier" in g["generator"]
-    assert "generator" in g["server.worker"]
-    assert "registry" in g["trainer.service"]
+    assert "llama.engine" in g["spec.generator"] and "spec.verifier" in g["spec.generator"]
+    assert "spec.generator" in g["server.worker"]
+    assert "online.registry" in g["trainer.service"]

@@ -22,7 +22,7 @@ def test_prompt_sets_are_deterministic_and_split_by_module():
 
 
 def test_bench_run_writes_json_markdown_and_plots(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "omnidraft.cli", "bench", "run", "--threads", "2",
+    r = subprocess.run([sys.executable, "-m", "omnidraft.apps.cli", "bench", "run", "--threads", "2",
                         "--targets", "qwen2.5-coder-0.5b", "--sets", "humaneval", "--n", "1",
                         "--max-tokens", "8", "--ks", "2", "--methods", "target,omnidraft,prompt-lookup",
                         "--out", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=600)

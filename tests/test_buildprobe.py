@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from omnidraft import buildprobe, llama_build
+from omnidraft.llama import buildprobe, build as llama_build
 
 XEON_FLAGS = set("sse4_2 avx avx2 bmi2 fma f16c avx512f avx512cd avx512vl avx512dq avx512bw avx512vbmi "
                  "avx512_vnni avx512_bf16 avx_vnni amx_tile amx_int8 amx_bf16".split())
@@ -22,7 +22,7 @@ def _run_probe_cli(fault: str | None) -> subprocess.CompletedProcess:
     env.pop(buildprobe.PROBE_FAULT_ENV, None)
     if fault:
         env[buildprobe.PROBE_FAULT_ENV] = fault
-    return subprocess.run([sys.executable, "-m", "omnidraft.buildprobe"], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "omnidraft.llama.buildprobe"], capture_output=True, text=True,
                           env=env, timeout=300)
 
 
@@ -86,7 +86,7 @@ def test_probe_catches_wrong_numbers():
 def test_doctor_reports_build_machine_models_and_verdict():
     env_before = os.environ.pop(buildprobe.PROBE_FAULT_ENV, None)
     try:
-        proc = subprocess.run([sys.executable, "-m", "omnidraft.cli", "doctor"], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "omnidraft.apps.cli", "doctor"], capture_output=True, text=True,
                               timeout=300)
     finally:
         if env_before is not None:
@@ -99,7 +99,7 @@ def test_doctor_reports_build_machine_models_and_verdict():
 
 def test_doctor_exits_nonzero_when_the_probe_fails():
     env = dict(os.environ, **{buildprobe.PROBE_FAULT_ENV: "sigill"})
-    proc = subprocess.run([sys.executable, "-m", "omnidraft.cli", "doctor"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "omnidraft.apps.cli", "doctor"], capture_output=True, text=True,
                           env=env, timeout=300)
     assert proc.returncode == 1
     assert "PROBLEM: llama.cpp build check FAILED" in proc.stdout

@@ -9,7 +9,7 @@ from tests.serve_helpers import seed_state
 
 
 def run(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "omnidraft.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "omnidraft.apps.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -48,7 +48,7 @@ def test_bad_input_is_one_clear_line_and_exit_2(args, needle, tmp_path):
 
 def test_pull_names_a_requantized_copy():
     """`models pull NAME:QTYPE` makes the copy once (make test pulled this one) and prints where it is."""
-    from omnidraft import models
+    from omnidraft.assets import models
 
     r = run("models", "pull", f"{models.DEFAULT_TARGET}:q4_0")
     assert r.returncode == 0, r.stderr[-2000:]

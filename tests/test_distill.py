@@ -1,4 +1,4 @@
-"""Offline distillation of a shallow drafter (omnidraft.trainer.distill*): alignment by hand, one training
+"""Offline distillation of a shallow drafter (omnidraft.distill.train*): alignment by hand, one training
 run on a tiny model lowering the hybrid loss, and the cut model exporting to a GGUF the Engine loads."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from omnidraft.trainer.distill import (PAD, Data, TrainConfig, continuation_alignment, export, map_topk,
+from omnidraft.distill.train import (PAD, Data, TrainConfig, continuation_alignment, export, map_topk,
                                        parse_layers, save_trained, train)
-from omnidraft.trainer.distill_data import slots
+from omnidraft.distill.data import slots
 from tests.gguf_helpers import tiny_gguf
 
 
@@ -84,7 +84,7 @@ def test_training_lowers_loss_and_cut_model_exports(tiny_llama, tmp_path):
     res = export(str(tiny_llama), [0], tmp_path / "tr" / "first1", tmp_path / "cut.gguf", qtype="f32")
     assert res["check"]["ok"] and res["check"]["top1_agreement"] == 1.0
 
-    from omnidraft.engine import Engine, EngineConfig
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     with Engine(res["path"], EngineConfig(n_ctx=64, n_threads=1)) as eng:
         assert eng.meta("llama.block_count") == "1"
@@ -108,7 +108,7 @@ def test_map_topk_keeps_mapped_entries_in_rank_order():
 def test_trained_matrix_larger_than_a_file_round_trips(tmp_path):
     import torch
 
-    from omnidraft.trainer import distill
+    from omnidraft.distill import train as distill
 
     class M(torch.nn.Module):
         def __init__(self):

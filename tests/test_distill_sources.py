@@ -4,8 +4,8 @@ run aligns texts of every source."""
 import numpy as np
 import pytest
 
-from omnidraft import corpora
-from omnidraft.trainer import distill_sources as ds
+from omnidraft.assets import corpora
+from omnidraft.distill import sources as ds
 
 
 def test_training_files_leave_out_every_heldout_file_and_family():
@@ -57,7 +57,7 @@ def test_chat_pairs_skip_heldout_conversations(monkeypatch):
 
 
 def test_small_prepare_aligns_every_source(tmp_path):
-    from omnidraft.trainer.distill_data import PrepConfig, prepare, read_meta
+    from omnidraft.distill.data import PrepConfig, prepare, read_meta
 
     cfg = PrepConfig(out=str(tmp_path / "t.npz"), code=12, code_other=12, nl=6, chat=6, gen_code=4,
                      gen_code_other=4, gen_nl=2, gen_chat=2, workers=2)

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from omnidraft import models
-from omnidraft.engine import Engine, EngineConfig
+from omnidraft.assets import models
+from omnidraft.llama.engine import Engine, EngineConfig
 from omnidraft.errors import ContextOverflow, InvalidModelFile
-from omnidraft.invariance import probe
+from omnidraft.llama.invariance import probe
 
 
 @pytest.fixture(scope="module")

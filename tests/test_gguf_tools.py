@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from omnidraft.engine import Engine, EngineConfig
+from omnidraft.llama.engine import Engine, EngineConfig
 from omnidraft.errors import BadRequest, InvalidModelFile, VocabularyMismatch
-from omnidraft.models import vocab_path
+from omnidraft.assets.models import vocab_path
 
 from tests.gguf_helpers import DEFAULT_VOCAB, load_hf_tokenizer, tiny_gguf, tiny_hf_dir
 
@@ -174,7 +174,7 @@ def test_inspect_tiny(tmp_path_factory):
 
 @pytest.mark.slow
 def test_inspect_smollm2():
-    from omnidraft.models import resolve
+    from omnidraft.assets.models import resolve
 
     info = inspect(resolve("smollm2-135m"))
     assert info["architecture"] == "llama" and info["vocab_size"] == 49152
@@ -193,7 +193,7 @@ def test_vocab_overlap_with_itself(tmp_path_factory):
 
 @pytest.mark.slow
 def test_vocab_overlap_smollm2_vs_qwen():
-    from omnidraft.models import resolve
+    from omnidraft.assets.models import resolve
 
     r = vocab_overlap(resolve("smollm2-135m"), resolve("qwen2.5-coder-0.5b"))
     assert r["shared"] > 10000

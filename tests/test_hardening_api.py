@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 import pytest
 
 from hardening_helpers import FakePrompt, FakeSession, app_maker
-from omnidraft import models
-from omnidraft.cli import main as cli_main
-from omnidraft.generator import Final, GenerationParams, GenerationStats
+from omnidraft.assets import models
+from omnidraft.apps.cli import main as cli_main
+from omnidraft.spec.generator import Final, GenerationParams, GenerationStats
 from omnidraft.server.app import state
 from omnidraft.server.protocol import ApiError, parse_request
 from omnidraft.server.worker import Job
-from omnidraft.session import Session
-from omnidraft.textstream import Chunk
+from omnidraft.runtime.session import Session
+from omnidraft.vocab.textstream import Chunk
 
 PROMPT = {"prompt": "hi there", "max_tokens": 4}
 NO_MODEL = "/nonexistent/model.gguf"
@@ -100,8 +100,8 @@ def test_timed_out_answer_reports_the_tokens_it_produced(make):
 @pytest.mark.slow
 def test_generator_counts_the_tokens_of_a_stream_stopped_early():
     """What the worker reports on a timeout: the real Generator's count while it streams."""
-    from omnidraft.engine import Engine, EngineConfig
-    from omnidraft.generator import Generator
+    from omnidraft.llama.engine import Engine, EngineConfig
+    from omnidraft.spec.generator import Generator
 
     spec = models.get_spec(models.DEFAULT_DRAFT)  # the smallest model: any model can generate alone
     if not models.is_verified(spec):
@@ -125,13 +125,13 @@ def test_generator_counts_the_tokens_of_a_stream_stopped_early():
 @pytest.fixture
 def no_models(monkeypatch):
     """Any attempt to find or load a model fails the test: a bad flag must stop the command first."""
-    import omnidraft.session
+    import omnidraft.runtime.session
 
     def touched(*a, **k):
         raise AssertionError("a model was looked up before the flags were checked")
 
     monkeypatch.setattr(models, "resolve", touched)
-    monkeypatch.setattr(omnidraft.session, "Session", touched)
+    monkeypatch.setattr(omnidraft.runtime.session, "Session", touched)
 
 
 def _usage_error(capsys, *argv: str) -> str:
@@ -152,7 +152,7 @@ def test_port_outside_the_tcp_range_is_refused(no_models, capsys, port):
 
 
 def test_port_0_asks_for_any_free_port():
-    from omnidraft.cli import build_parser
+    from omnidraft.apps.cli import build_parser
 
     assert build_parser().parse_args(["serve", "--port", "0"]).port == 0
     assert build_parser().parse_args(["serve", "--port", "65535"]).port == 65535
@@ -229,10 +229,10 @@ def _serve(monkeypatch, tmp_path, argv, script):
     """`omnidraft serve ARGV` through the CLI's main, a CliSession for the models, and ``script(client, app)``
     run where the server would serve; returns (exit code, what script returned, the session)."""
     import omnidraft.server.cli as server_cli
-    import omnidraft.session
+    import omnidraft.runtime.session
 
     session = CliSession(state_dir=tmp_path / "state")
-    monkeypatch.setattr(omnidraft.session, "Session", lambda settings: session)
+    monkeypatch.setattr(omnidraft.runtime.session, "Session", lambda settings: session)
     out = {}
 
     class Server:
@@ -258,7 +258,7 @@ def _serve(monkeypatch, tmp_path, argv, script):
 
 # ------------------------------------------------- e: a corrupt registry CURRENT
 def test_corrupt_current_is_logged_once_reported_and_the_drafter_kept(monkeypatch, tmp_path, caplog):
-    from omnidraft.registry import DrafterRegistry
+    from omnidraft.online.registry import DrafterRegistry
 
     reg_dir = tmp_path / "registry"
     DrafterRegistry(reg_dir)

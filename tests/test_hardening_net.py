@@ -117,7 +117,7 @@ def test_origin_is_never_compared_with_host(live):
 
 
 def test_allowed_host_flag_bound_address_and_cors_hosts(tmp_path):
-    from omnidraft.cli import build_parser
+    from omnidraft.apps.cli import build_parser
     from omnidraft.server.cli import checked_config
 
     args = build_parser().parse_args(["serve", "--allowed-host", "omni.lan", "--allowed-host", "box:8080"])

@@ -20,9 +20,9 @@ import zlib
 import pytest
 
 from omnidraft.errors import BadRequest, RegistryCorrupt
-from omnidraft.records import SCHEMA
-from omnidraft.registry import DrafterRegistry
-from omnidraft.session import Session
+from omnidraft.online.records import SCHEMA
+from omnidraft.online.registry import DrafterRegistry
+from omnidraft.runtime.session import Session
 
 from tests.gguf_helpers import tiny_gguf
 
@@ -35,8 +35,8 @@ def base(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vocab(base):
     """(fingerprint, size) of the tiny drafter's vocabulary, read the way the server reads it."""
-    from omnidraft.engine import Engine, EngineConfig
-    from omnidraft.vocab_bridge import vocab_fingerprint
+    from omnidraft.llama.engine import Engine, EngineConfig
+    from omnidraft.vocab.bridge import vocab_fingerprint
 
     eng = Engine(base, EngineConfig(vocab_only=True))
     try:
@@ -315,7 +315,7 @@ def test_a_version_published_before_checksums_is_still_served_with_a_warning(tmp
     m = json.loads(meta_path.read_text())
     del m["sha256"]  # as an older build wrote it
     meta_path.write_text(json.dumps(m))
-    with caplog.at_level("WARNING", logger="omnidraft.registry"):
+    with caplog.at_level("WARNING", logger="omnidraft.online.registry"):
         assert DrafterRegistry(tmp_path / "reg").current()[0] == v
     assert "without a sha256" in caplog.text
 

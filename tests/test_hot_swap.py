@@ -2,9 +2,9 @@
 
 import threading
 
-from omnidraft import models
-from omnidraft.generator import GenerationParams, reference_target_tokens
-from omnidraft.registry import DrafterRegistry
+from omnidraft.assets import models
+from omnidraft.spec.generator import GenerationParams, reference_target_tokens
+from omnidraft.online.registry import DrafterRegistry
 
 
 def test_publish_during_a_generation_loop_fails_no_request(default_session, tmp_path):

@@ -1,8 +1,8 @@
 """Free drafts first (issue 14): the lookup-first hybrid skips the model where the context already holds
 the continuation, asks the model elsewhere, and its output is still the target alone's."""
 
-from omnidraft.drafters import LookupFirstDrafter, PromptLookupDrafter
-from omnidraft.generator import GenerationParams, reference_target_tokens
+from omnidraft.spec.drafters import LookupFirstDrafter, PromptLookupDrafter
+from omnidraft.spec.generator import GenerationParams, reference_target_tokens
 
 # a prompt whose answer repeats its own text: lookup has something to propose, and the model the rest
 PROMPT = ("def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n\n"
@@ -38,7 +38,7 @@ class _Model:
         pass
 
     def draft(self, k, stop):
-        from omnidraft.drafters import Draft
+        from omnidraft.spec.drafters import Draft
         self.calls += 1
         return Draft()
 
@@ -50,7 +50,7 @@ class _Model:
 
 
 def test_lookup_hit_skips_the_model_and_both_see_every_token():
-    from omnidraft.drafters import PromptInput
+    from omnidraft.spec.drafters import PromptInput
 
     model = _Model()
     h = LookupFirstDrafter("hybrid", model, min_ngram=2)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnidraft import invariance
-from omnidraft.generator import GenerationParams, Generator
-from omnidraft.invariance import Fidelity
-from omnidraft.methods import make_drafter
-from omnidraft.policy import PolicyConfig
-from omnidraft.verifier import SamplingParams, first_uncertain_row
+from omnidraft.llama import invariance
+from omnidraft.spec.generator import GenerationParams, Generator
+from omnidraft.llama.invariance import Fidelity
+from omnidraft.spec.methods import make_drafter
+from omnidraft.spec.policy import PolicyConfig
+from omnidraft.spec.verifier import SamplingParams, first_uncertain_row
 
 from tests.lossless_prompts import PROMPTS
 

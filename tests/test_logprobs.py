@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from omnidraft.generator import GenerationParams
-from omnidraft.policy import DraftPolicy, PolicyConfig
-from omnidraft.textstream import TextStream
+from omnidraft.spec.generator import GenerationParams
+from omnidraft.spec.policy import DraftPolicy, PolicyConfig
+from omnidraft.vocab.textstream import TextStream
 
 PROMPT = "def fibonacci(n):\n"
 CHAT = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from omnidraft import models
+from omnidraft.assets import models
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import pytest
 
-from omnidraft.ngram_cache import NGramCache, entry_bytes
+from omnidraft.vocab.ngram_cache import NGramCache, entry_bytes
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])

@@ -13,7 +13,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from omnidraft.outbox import Outbox, Uploader
+from omnidraft.online.outbox import Outbox, Uploader
 
 
 def rec(i: int, pad: int = 0) -> dict:
@@ -50,7 +50,7 @@ def test_bound_drops_oldest_unsent(tmp_path):
 
 _WRITER = textwrap.dedent("""
     import sys
-    from omnidraft.outbox import Outbox
+    from omnidraft.online.outbox import Outbox
     ob = Outbox(sys.argv[1])
     i = 0
     while True:

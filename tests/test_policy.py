@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from omnidraft.policy import DraftPolicy, PolicyConfig, StepOutcome
-from omnidraft.predictor import AcceptancePredictor, DraftFeatures
+from omnidraft.spec.policy import DraftPolicy, PolicyConfig, StepOutcome
+from omnidraft.spec.predictor import AcceptancePredictor, DraftFeatures
 
 
 def synthetic_feats(rng, n):

@@ -3,9 +3,9 @@ exactly the target alone's with the same reuse."""
 
 from __future__ import annotations
 
-from omnidraft.generator import GenerationParams, Generator, reference_target_tokens
-from omnidraft.methods import make_drafter
-from omnidraft.policy import PolicyConfig
+from omnidraft.spec.generator import GenerationParams, Generator, reference_target_tokens
+from omnidraft.spec.methods import make_drafter
+from omnidraft.spec.policy import PolicyConfig
 
 TURN1 = [{"role": "user", "content": "Write a Python function that reverses a string."}]
 

@@ -8,11 +8,11 @@ from collections import Counter
 
 import pytest
 
-from omnidraft import corpora, models
+from omnidraft.assets import corpora, models
 from omnidraft.bench import prompts
 from omnidraft.bench.chat_fresh import MESSAGES
 from omnidraft.bench.stubs import STUBS
-from omnidraft.trainer.distill_eval import summary_markdown, tau_at, write_summary
+from omnidraft.distill.evaluate import summary_markdown, tau_at, write_summary
 
 HELDOUT_AT_LEAST = {"stubs": 16, "code-other": 15, "nl": 16, "chat-fresh": 16}
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from omnidraft.drafters import PromptInput
-from omnidraft.generator import Final, GenerationParams, GenerationStats
-from omnidraft.records import SCHEMA, RecordError, build_record, validate
+from omnidraft.spec.drafters import PromptInput
+from omnidraft.spec.generator import Final, GenerationParams, GenerationStats
+from omnidraft.online.records import SCHEMA, RecordError, build_record, validate
 
 
 def _fake_pair():

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from omnidraft.errors import BadRequest
-from omnidraft.registry import DrafterRegistry
+from omnidraft.online.registry import DrafterRegistry
 
 
 def _blob(tmp_path, name: str, data: bytes):
@@ -45,7 +45,7 @@ def test_publish_list_rollback_keep_last_n(tmp_path):
 
 _CRASHER = textwrap.dedent("""
     import os, signal, sys
-    import omnidraft.registry as r
+    import omnidraft.online.registry as r
     stage = sys.argv[3]
     real_rename, real_write = os.rename, r._atomic_write
     def die(*a, **k):

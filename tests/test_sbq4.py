@@ -1,4 +1,4 @@
-"""The small-batch Q4_0 kernel (backend/omnidraft/llama_patch/sbq4.cpp) through the product's Engine.
+"""The small-batch Q4_0 kernel (backend/omnidraft/llama/patch/sbq4.cpp) through the product's Engine.
 
 It must give rows bit-identical to one-token decoding for every batch of 1..8 rows, stay within float
 tolerance of ggml's own kernels (``OMNIDRAFT_SBQ4=0`` sends the same process back to them: the switch is
@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omnidraft import buildprobe, invariance, llama_build, models
-from omnidraft.engine import Engine, EngineConfig
+from omnidraft.llama import buildprobe, invariance, build as llama_build
+from omnidraft.assets import models
+from omnidraft.llama.engine import Engine, EngineConfig
 
 CI = bool(os.environ.get("CI"))
 MAX_ROWS = 8
@@ -141,7 +142,7 @@ def test_build_probe_checks_the_kernel(monkeypatch):
 
 
 def test_doctor_names_the_kernel(monkeypatch):
-    from omnidraft import doctor
+    from omnidraft.apps import doctor
 
     lines, _ = doctor.build_section()
     line = next(x for x in lines if x.startswith("small-batch Q4_0 kernel:"))

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from omnidraft import models
+from omnidraft.assets import models
 from serve_helpers import N_CTX, serve_process
 
 openai = pytest.importorskip("openai")

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from omnidraft.errors import ContextOverflow
-from omnidraft.generator import Final, GenerationStats
+from omnidraft.spec.generator import Final, GenerationStats
 from omnidraft.server import ServerConfig, create_app
 from omnidraft.server.app import shutdown
-from omnidraft.textstream import Chunk
+from omnidraft.vocab.textstream import Chunk
 
 
 @dataclass

@@ -28,7 +28,7 @@ def server(tmp_path_factory):
 
 
 def test_refuses_public_bind_without_key():
-    r = subprocess.run([sys.executable, "-m", "omnidraft.cli", "serve", "--host", "0.0.0.0"],
+    r = subprocess.run([sys.executable, "-m", "omnidraft.apps.cli", "serve", "--host", "0.0.0.0"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--api-key" in r.stderr
 

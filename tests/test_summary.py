@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from omnidraft.generator import GenerationStats
-from omnidraft.policy import DraftPolicy, PolicyConfig
+from omnidraft.spec.generator import GenerationStats
+from omnidraft.spec.policy import DraftPolicy, PolicyConfig
 
 from tests.serve_helpers import seed_state
 
@@ -57,7 +57,7 @@ def test_summary_line_counts_drafted_accepted_produced_and_says_why():
 def test_generate_prints_how_many_tokens_were_drafted_and_why(tmp_path):
     """The real default pair under the default cost policy."""
     prompt = "Write a Python function that adds two numbers."
-    r = subprocess.run([sys.executable, "-m", "omnidraft.cli", "generate", "--chat", "--max-tokens", "24",
+    r = subprocess.run([sys.executable, "-m", "omnidraft.apps.cli", "generate", "--chat", "--max-tokens", "24",
                         "--threads", "2", "--state-dir", str(seed_state(tmp_path)), prompt],
                        capture_output=True, text=True, timeout=600)  # start-up measures the machine
     assert r.returncode == 0, r.stderr[-2000:]
@@ -72,7 +72,7 @@ def test_generate_prints_how_many_tokens_were_drafted_and_why(tmp_path):
 def test_an_answer_ended_by_the_target_counts_its_end_token_so_tau_is_at_least_one(default_session):
     """The probe's 0.98 tokens per pass: the target alone makes one token a pass, and the last pass of an
     answer that ends on its own made the end-of-generation token, which is not text but was produced."""
-    from omnidraft.generator import GenerationParams
+    from omnidraft.spec.generator import GenerationParams
 
     gen = default_session.generator("target")
     f = gen.generate(gen.prompt_from_messages([{"role": "user", "content": "Say yes."}]),

@@ -28,7 +28,7 @@ def test_skeleton_keeps_metadata_and_shapes_without_weights(tmp_path_factory, tm
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_synthetic_model_matches_real_and_decodes(tmp_path_factory, tmp_path, arch):
-    from omnidraft.engine import Engine, EngineConfig
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     real = tiny_gguf(tmp_path_factory, arch, quant="q8_0")
     skel = synth.skeleton(real, tmp_path / "s.gguf.gz")
@@ -44,7 +44,7 @@ def test_synthetic_model_matches_real_and_decodes(tmp_path_factory, tmp_path, ar
 
 def test_first_layers_cut_keeps_width_and_vocabulary(tmp_path_factory, tmp_path):
     """A shallow drafter's timing shape: the first N blocks, everything else as the real model."""
-    from omnidraft.engine import Engine, EngineConfig
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     real = tiny_gguf(tmp_path_factory, "llama", quant="q8_0")
     skel = synth.skeleton(real, tmp_path / "s.gguf.gz")
@@ -61,7 +61,7 @@ def test_first_layers_cut_keeps_width_and_vocabulary(tmp_path_factory, tmp_path)
 
 
 def test_synthetic_smollm2_same_tensors_as_shipped(tmp_path):
-    from omnidraft import models
+    from omnidraft.assets import models
 
     try:
         real = models.resolve("smollm2-135m")

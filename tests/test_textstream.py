@@ -1,4 +1,4 @@
-from omnidraft.textstream import TextStream
+from omnidraft.vocab.textstream import TextStream
 
 
 def joined(chunks):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from omnidraft.generator import GenerationParams
-from omnidraft.session import Session, Settings
+from omnidraft.spec.generator import GenerationParams
+from omnidraft.runtime.session import Session, Settings
 
 from tests.serve_helpers import seed_state
 

@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from omnidraft.cli import main as cli_main  # noqa: E402
-from omnidraft.outbox import Outbox, Uploader  # noqa: E402
-from omnidraft.records import SCHEMA  # noqa: E402
+from omnidraft.apps.cli import main as cli_main  # noqa: E402
+from omnidraft.online.outbox import Outbox, Uploader  # noqa: E402
+from omnidraft.online.records import SCHEMA  # noqa: E402
 from omnidraft.trainer.service import Trainer, TrainerConfig, start_http  # noqa: E402
 
 from tests.gguf_helpers import tiny_gguf  # noqa: E402

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from omnidraft.codec import Codec, utf8_complete_prefix
-from omnidraft.ngram_cache import NGramCache
-from omnidraft.translator import DirectTranslator, OmniTranslator, Proposal, TextTranslator
-from omnidraft.vocab_bridge import UNMAPPED, build_bridge
+from omnidraft.vocab.codec import Codec, utf8_complete_prefix
+from omnidraft.vocab.ngram_cache import NGramCache
+from omnidraft.vocab.translator import DirectTranslator, OmniTranslator, Proposal, TextTranslator
+from omnidraft.vocab.bridge import UNMAPPED, build_bridge
 
 PAIRS = [("gpt-2", "qwen2"), ("llama-spm", "qwen2"), ("qwen2", "llama-spm")]
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)

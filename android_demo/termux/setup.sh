@@ -36,7 +36,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 
-LLAMA_OK="$REPO/backend/omnidraft/llama_build.py"  # exit 0: pinned version, no llamafile kernels
+LLAMA_OK="$REPO/backend/omnidraft/llama/build.py"  # exit 0: pinned version, no llamafile kernels
 if ! "$PY" "$LLAMA_OK" 2>/dev/null; then
   echo "[termux] building llama-cpp-python 0.3.36 with: $LLAMA_CMAKE_ARGS"
   CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" \
@@ -49,7 +49,7 @@ echo "[termux] omnidraft (no training extras: torch does not run under Termux)"
   || "$PY" -m pip install -q -e "$REPO"
 
 echo "[termux] checking the llama.cpp build (tiny model, child process)"
-"$PY" -m omnidraft.buildprobe || { echo "see: $VENV/bin/omnidraft doctor" >&2; exit 1; }
+"$PY" -m omnidraft.llama.buildprobe || { echo "see: $VENV/bin/omnidraft doctor" >&2; exit 1; }
 
 echo "[termux] models: $DRAFT (drafter) + $TARGET (target)"
 "$VENV/bin/omnidraft" models pull "$DRAFT" "$TARGET"

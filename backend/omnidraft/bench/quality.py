@@ -28,7 +28,7 @@ def heldout_text(max_chars: int = 60_000) -> str:
 
 
 def perplexity(path: Path, text: str, window: int = 512, threads: int = 0) -> dict:
-    from ..engine import Engine, EngineConfig
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     with Engine(path, EngineConfig(n_ctx=window + 8, n_threads=threads, n_batch=window)) as e:
         ids = e.tokenize(text, add_bos=False)
@@ -47,7 +47,7 @@ def perplexity(path: Path, text: str, window: int = 512, threads: int = 0) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import models
+    from omnidraft.assets import models
 
     p = argparse.ArgumentParser(prog="python -m omnidraft.bench.quality", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -7,7 +7,7 @@ import os
 import platform
 from pathlib import Path
 
-from ..llama_build import has_llamafile
+from omnidraft.llama.build import has_llamafile
 
 
 def machine() -> dict:

@@ -38,7 +38,7 @@ class Ceiling:
 
 
 def _isa_flags() -> list[str]:
-    from .. import llama_build
+    from omnidraft.llama import build as llama_build
 
     flags = llama_build.cpu_flags()
     if not llama_build.is_x86():

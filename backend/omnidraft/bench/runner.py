@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, field
 
 from tqdm import tqdm
 
-from ..costmodel import CostModel, CostSampler, predicted_time, speedup
-from ..generator import Final, GenerationParams, Generator
-from ..methods import PairContext
-from ..policy import PolicyConfig, seeded_policy
-from ..session import Session
+from omnidraft.llama.costmodel import CostModel, CostSampler, predicted_time, speedup
+from omnidraft.spec.generator import Final, GenerationParams, Generator
+from omnidraft.spec.methods import PairContext
+from omnidraft.spec.policy import PolicyConfig, seeded_policy
+from omnidraft.runtime.session import Session
 from .prompts import Item
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ class PeerLlama:
         self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads or None, verbose=False)
 
     def generate(self, item: Item, params: GenerationParams) -> Final:
-        from ..generator import GenerationStats
+        from omnidraft.spec.generator import GenerationStats
 
         kw = dict(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
                   top_k=params.top_k, seed=params.seed if params.seed is not None else 0, stream=True)

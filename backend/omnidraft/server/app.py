@@ -21,7 +21,7 @@ from flask import Flask, Response, jsonify, redirect, request, send_from_directo
 from werkzeug.exceptions import HTTPException
 
 from .. import httpguard
-from ..textstream import Chunk
+from omnidraft.vocab.textstream import Chunk
 from .config import ServerConfig
 from .metrics import Metrics
 from .protocol import ApiError, Request, chunk, draft_spans, full_response, parse_request, usage, usage_chunk

@@ -1,4 +1,4 @@
-"""``omnidraft serve``: the OpenAI-compatible server on waitress (registered by ``omnidraft.cli``)."""
+"""``omnidraft serve``: the OpenAI-compatible server on waitress (registered by ``omnidraft.apps.cli``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ SETTINGS_RANGES = {
 
 
 def _add_config_args(parser: argparse.ArgumentParser, cls) -> None:
-    """Like ``omnidraft.cli.add_dataclass_args``, plus repeatable flags for list fields."""
+    """Like ``omnidraft.apps.cli.add_dataclass_args``, plus repeatable flags for list fields."""
     from ..cliutil import field_type
 
     for f in dataclasses.fields(cls):
@@ -37,7 +37,7 @@ def _add_config_args(parser: argparse.ArgumentParser, cls) -> None:
 
 def register(sub) -> None:
     from ..cliutil import add_dataclass_args
-    from ..session import Settings
+    from omnidraft.runtime.session import Settings
     from .config import API_KEY_ENV, ServerConfig
 
     p = sub.add_parser(
@@ -79,12 +79,12 @@ def checked_config(args: argparse.Namespace):
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..cliutil import dataclass_from_args
-    from ..session import Session, Settings
+    from omnidraft.runtime.session import Session, Settings
 
-    cfg = checked_config(args)  # a bad flag stops here (omnidraft.cli.main prints it, exit 2), before loading
-    from ..outbox import Outbox, Uploader
-    from ..records import build_record
-    from ..registry import DrafterRegistry
+    cfg = checked_config(args)  # a bad flag stops here (omnidraft.apps.cli.main prints it, exit 2), before loading
+    from omnidraft.online.outbox import Outbox, Uploader
+    from omnidraft.online.records import build_record
+    from omnidraft.online.registry import DrafterRegistry
 
     record_fns = (Outbox, Uploader, build_record) if cfg.trainer_url else None
 
@@ -134,7 +134,8 @@ class WatchedRegistry:
 
 
 def _default_trainer_token() -> str:
-    from .. import httpguard, models
+    from omnidraft import httpguard
+    from omnidraft.assets import models
 
     path = models.cache_dir() / "trainer" / httpguard.TOKEN_FILE
     token = httpguard.read_token(path)

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter, deque
 
-from ..rates import MIN_DRAFTED, acceptance_text
+from omnidraft.online.rates import MIN_DRAFTED, acceptance_text
 
 RETRY_AFTER_S = (1, 60)  # the bounds of the Retry-After a 429 answer suggests
 DRAIN_WINDOW = 32  # engine jobs whose times estimate how fast the queue drains

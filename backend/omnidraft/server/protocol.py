@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import OmniDraftError
-from ..generator import GenerationParams
-from ..methods import METHODS
-from ..policy import POLICIES
+from omnidraft.spec.generator import GenerationParams
+from omnidraft.spec.methods import METHODS
+from omnidraft.spec.policy import POLICIES
 
 MAX_STOP = 4
 MAX_K = 6

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import OmniDraftError
-from ..generator import Final, GenerationStats
-from ..textstream import Chunk
+from omnidraft.spec.generator import Final, GenerationStats
+from omnidraft.vocab.textstream import Chunk
 from .metrics import Metrics
 from .protocol import ApiError, Request
 

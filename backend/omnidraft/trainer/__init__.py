@@ -10,5 +10,5 @@
 | `cli`      | `omnidraft trainer serve`, `omnidraft drafter list|rollback`, `omnidraft adapt` |
 
 The trainer never imports the server or the generator: it meets them through the record schema
-(:mod:`omnidraft.records`) and the drafter registry (:mod:`omnidraft.registry`).
+(:mod:`omnidraft.online.records`) and the drafter registry (:mod:`omnidraft.online.registry`).
 """

@@ -1,4 +1,4 @@
-"""Subcommands ``trainer serve|export``, ``drafter list|rollback`` and ``distill`` (registered by omnidraft.cli).
+"""Subcommands ``trainer serve|export``, ``drafter list|rollback`` and ``distill`` (registered by omnidraft.apps.cli).
 
 The trainer side of the system: nothing here imports serving code.  ``omnidraft adapt``, which drives
 both sides, runs these commands as child processes and meets them through records and the registry."""
@@ -49,7 +49,7 @@ def register(sub) -> None:
     d.set_defaults(func=_cmd_drafter)
 
 
-    from .distill import register as register_distill
+    from omnidraft.distill.train import register as register_distill
 
     register_distill(sub)
 
@@ -117,7 +117,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from omnidraft import models
+    from omnidraft.assets import models
 
     from .export import check_gguf, export_gguf
     from .model import load_gguf_model, model_file_type
@@ -134,8 +134,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_drafter(args: argparse.Namespace) -> int:
-    from omnidraft.rates import acceptance_text
-    from omnidraft.registry import DrafterRegistry
+    from omnidraft.online.rates import acceptance_text
+    from omnidraft.online.registry import DrafterRegistry
 
     from .service import TrainerConfig
 

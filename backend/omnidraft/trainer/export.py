@@ -1,6 +1,6 @@
 """Torch drafter -> GGUF (tokenizer copied from the original) -> quantized -> checked in llama.cpp.
 
-The check loads the file with :class:`omnidraft.engine.Engine` (the runtime that will use it) and
+The check loads the file with :class:`omnidraft.llama.engine.Engine` (the runtime that will use it) and
 compares its logits on a few tokens with the torch model's.  The error measure is
 
     rel = ||logits_gguf - logits_torch||_F / ||logits_torch - rowmean||_F
@@ -69,7 +69,7 @@ def check_gguf(path: str | os.PathLike, model, qtype: str, n_tokens: int = 16, t
     """Load ``path`` in llama.cpp and compare its logits with ``model``'s on ``n_tokens`` tokens."""
     import torch
 
-    from omnidraft.engine import Engine, EngineConfig
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     tol = tolerance if tolerance is not None else TOLERANCE.get(qtype, DEFAULT_TOLERANCE)
     try:

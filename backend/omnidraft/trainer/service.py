@@ -30,11 +30,12 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from omnidraft import httpguard, models
+from omnidraft import httpguard
+from omnidraft.assets import models
 from omnidraft.errors import BadRequest, OmniDraftError
-from omnidraft.records import RecordError, validate
-from omnidraft.registry import DrafterRegistry
-from omnidraft.vocab_bridge import vocab_fingerprint
+from omnidraft.online.records import RecordError, validate
+from omnidraft.online.registry import DrafterRegistry
+from omnidraft.vocab.bridge import vocab_fingerprint
 
 from .store import Inbox
 
@@ -71,7 +72,7 @@ class DrafterVocab:
 
 def read_vocab(path: Path) -> DrafterVocab:
     """The drafter vocabulary a GGUF holds (llama.cpp, vocabulary only: no weights are read)."""
-    from omnidraft.engine import Engine, EngineConfig
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     eng = Engine(path, EngineConfig(vocab_only=True))
     try:

@@ -16,13 +16,13 @@ from __future__ import annotations
 from typing import Callable
 
 
-from .codec import Codec
+from omnidraft.vocab.codec import Codec
 from .drafters import Drafter, LookupFirstDrafter, ModelDrafter, PromptLookupDrafter
-from .engine import Engine
-from .errors import BadRequest, VocabularyMismatch
-from .ngram_cache import NGramCache
-from .translator import DirectTranslator, IdentityTranslator, OmniTranslator, TextTranslator
-from .vocab_bridge import UNMAPPED, VocabBridge
+from omnidraft.llama.engine import Engine
+from omnidraft.errors import BadRequest, VocabularyMismatch
+from omnidraft.vocab.ngram_cache import NGramCache
+from omnidraft.vocab.translator import DirectTranslator, IdentityTranslator, OmniTranslator, TextTranslator
+from omnidraft.vocab.bridge import UNMAPPED, VocabBridge
 
 METHODS = ("target", "prompt-lookup", "same-vocab", "tli", "slem", "omnidraft", "hybrid")
 NEEDS_DRAFT_MODEL = ("same-vocab", "tli", "slem", "omnidraft", "hybrid")

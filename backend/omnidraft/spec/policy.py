@@ -18,7 +18,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .costmodel import CostModel, speedup
+from omnidraft.llama.costmodel import CostModel, speedup
 from .predictor import AcceptancePredictor, DraftFeatures
 
 POLICIES = ("fixed", "threshold", "gamma", "cost")

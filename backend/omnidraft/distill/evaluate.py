@@ -8,8 +8,8 @@ accepted min(a, k) of k greedy drafts (the drafter's first k tokens are the same
 
 an estimate over the positions the K run visited (steps that proposed fewer than k count as proposed).
 
-    python -m omnidraft.trainer.distill_eval --drafts smollm2-135m,models/x.gguf --n 4 --configs 6
-    python -m omnidraft.trainer.distill_eval --drafts models/x.gguf --configs target,3,cost   (speed)
+    python -m omnidraft.distill.evaluate --drafts smollm2-135m,models/x.gguf --n 4 --configs 6
+    python -m omnidraft.distill.evaluate --drafts models/x.gguf --configs target,3,cost   (speed)
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 
 def t_draft(path, threads: int = 2, repeats: int = 9) -> float:
     """Median seconds of one drafter token after a 128-token prefix (the Engine, ``threads`` threads)."""
-    from omnidraft import models
-    from omnidraft.costmodel import time_passes
-    from omnidraft.engine import Engine, EngineConfig
+    from omnidraft.assets import models
+    from omnidraft.llama.costmodel import time_passes
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     with Engine(models.resolve(path), EngineConfig(n_ctx=512, n_threads=threads, batch_invariant=False)) as e:
         return time_passes(e, range(1, 2), repeats=repeats)[1]
@@ -40,9 +40,9 @@ def timing(drafts: list[str], target: str, threads: int = 2, rounds: int = 5) ->
     that other load on the machine hits all of them alike."""
     from statistics import median
 
-    from omnidraft import models
-    from omnidraft.costmodel import time_passes
-    from omnidraft.engine import Engine, EngineConfig
+    from omnidraft.assets import models
+    from omnidraft.llama.costmodel import time_passes
+    from omnidraft.llama.engine import Engine, EngineConfig
 
     engines = {d: Engine(models.resolve(d), EngineConfig(n_ctx=512, n_threads=threads, batch_invariant=False))
                for d in drafts}
@@ -67,7 +67,7 @@ def items_for(name: str, n: int, seed: int = 0):
     from omnidraft.bench import prompts
 
     if name == "chat":
-        from .distill_data import chat_items
+        from .data import chat_items
 
         return chat_items(seed, n)
     return prompts.load(name, seed).split("heldout")[:n]
@@ -95,8 +95,8 @@ def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, 
     from tqdm import tqdm
 
     from omnidraft.bench.runner import BenchContext
-    from omnidraft.generator import GenerationParams
-    from omnidraft.session import Session, Settings
+    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.runtime.session import Session, Settings
 
     cfgs = parse_configs(configs)
     session = Session(Settings(target=target, draft=draft, threads=threads, method="omnidraft", kernels=kernels))

@@ -36,7 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .errors import BadRequest, RegistryCorrupt
+from omnidraft.errors import BadRequest, RegistryCorrupt
 
 log = logging.getLogger(__name__)
 

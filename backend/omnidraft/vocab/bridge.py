@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import VocabularyMismatch
+from omnidraft.errors import VocabularyMismatch
 
 UNMAPPED = -1
 

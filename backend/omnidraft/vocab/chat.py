@@ -17,7 +17,7 @@ from functools import lru_cache
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import BadRequest
+from omnidraft.errors import BadRequest
 
 # Used when a GGUF carries no template: ChatML, the most common format for small models.
 CHATML = (

@@ -12,7 +12,8 @@ import platform
 import sys
 from pathlib import Path
 
-from . import buildprobe, llama_build, models
+from omnidraft.llama import buildprobe, build as llama_build
+from omnidraft.assets import models
 
 # CPU flags (as /proc/cpuinfo names them) -> ggml feature name, for "used / refused"
 _ISA = {"avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx_vnni": "avx_vnni", "avx512f": "avx512",

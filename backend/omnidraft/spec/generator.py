@@ -15,14 +15,14 @@ from typing import Iterator
 
 import numpy as np
 
-from . import chat
+from omnidraft.vocab import chat
 from .drafters import Draft, Drafter, PromptInput
-from .engine import Engine
-from .seq import common_prefix
-from .errors import BadRequest, ContextOverflow
+from omnidraft.llama.engine import Engine
+from omnidraft.seq import common_prefix
+from omnidraft.errors import BadRequest, ContextOverflow
 from .policy import DraftPolicy, PolicyConfig, StepOutcome
-from .textstream import Chunk, TextStream
-from .translator import NGRAM, Candidates
+from omnidraft.vocab.textstream import Chunk, TextStream
+from omnidraft.vocab.translator import NGRAM, Candidates
 from .verifier import (SamplingParams, first_uncertain_row, sample_token, verify_exact_sampling, verify_greedy,
                        verify_rejection_approx)
 

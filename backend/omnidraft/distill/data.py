@@ -1,7 +1,7 @@
 """Offline distillation data: the target's top-k distribution at every position of local text, aligned
 to the drafter's tokenisation (the hybrid loss's L_DM / L_N-gram targets), saved as one compact npz.
 
-The texts and what is held out of them: :mod:`omnidraft.trainer.distill_sources`.
+The texts and what is held out of them: :mod:`omnidraft.distill.sources`.
 
 Alignment, per drafter token d_j starting at byte b_j: when the target also has a token boundary at b_j
 and its token there spells the same bytes as d_j and the bridge maps them (a *directly mapped* position),
@@ -24,7 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..corpora import first_user_turns
+from omnidraft.assets.corpora import first_user_turns
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +100,9 @@ class _Aligner:
     """Both tokenizers and their bridge: turns a Text into the arrays of one example or one prompt."""
 
     def __init__(self, target: str, draft: str, max_tokens: int):
-        from omnidraft import models
-        from omnidraft.engine import Engine, EngineConfig
-        from omnidraft.vocab_bridge import build_bridge
+        from omnidraft.assets import models
+        from omnidraft.llama.engine import Engine, EngineConfig
+        from omnidraft.vocab.bridge import build_bridge
 
         self.target = Engine(models.resolve(target), EngineConfig(vocab_only=True))
         self.draft = Engine(models.resolve(draft), EngineConfig(vocab_only=True))
@@ -116,7 +116,7 @@ class _Aligner:
     def example(self, x) -> tuple | None:
         """(t_ids, d_ids, slots) of a teacher-forced text: the drafter's tokens cover the same bytes as the
         target's first ``max_tokens``; None when too short or the two byte strings disagree."""
-        from omnidraft import chat
+        from omnidraft.vocab import chat
 
         t_ids = chat.tokenize(self.target, x.text, x.plain, False)[: self.max_tokens]
         t_p = pieces(self.target, t_ids)
@@ -135,7 +135,7 @@ class _Aligner:
                 slots(d_ids, d_p, t_ids, t_p, self.bridge.d2t))
 
     def prompt(self, x) -> tuple | None:
-        from omnidraft import chat
+        from omnidraft.vocab import chat
 
         t_ids = chat.tokenize(self.target, x.text, x.plain, False)
         d_ids = chat.tokenize(self.draft, x.text, x.plain, False)
@@ -153,7 +153,7 @@ def _init_worker(target, draft, max_tokens):
 
 
 def _align(x):
-    from .distill_sources import SOURCES
+    from .sources import SOURCES
 
     a = _WORKER["a"]
     got = a.prompt(x) if x.prompt else a.example(x)
@@ -167,7 +167,7 @@ def _aligned(cfg: PrepConfig, template, progress: bool) -> Iterator[tuple]:
 
     from tqdm import tqdm
 
-    from .distill_sources import source_texts
+    from .sources import source_texts
 
     total = cfg.code + cfg.code_other + cfg.nl + cfg.chat + cfg.gen_code + cfg.gen_code_other + cfg.gen_nl \
         + cfg.gen_chat
@@ -182,9 +182,9 @@ def prepare(cfg: PrepConfig, progress: bool = True) -> dict:
     """Tokenise the sources with both vocabularies and align them; write ``cfg.out``."""
     from dataclasses import asdict
 
-    from omnidraft import models
+    from omnidraft.assets import models
 
-    from .distill_sources import SOURCES
+    from .sources import SOURCES
 
     t0 = time.perf_counter()
     al = _Aligner(cfg.target, cfg.draft, cfg.max_tokens)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from .errors import VocabularyMismatch
+from omnidraft.errors import VocabularyMismatch
 
 
 class Tokenizes(Protocol):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..corpora import (catalog_texts, chat_messages, file_split, sharegpt_conversations, sharegpt_heldout,
+from omnidraft.assets.corpora import (catalog_texts, chat_messages, file_split, sharegpt_conversations, sharegpt_heldout,
                        source_files)
 
 SOURCES = ("code", "chat", "code-gen", "chat-gen", "code-other", "nl", "code-other-gen", "nl-gen")
@@ -187,7 +187,7 @@ def prompt_head(text: str) -> str:
 def source_texts(cfg, template: str | None) -> Iterator[Text]:
     """Every text of a ``PrepConfig``: per source, the first ``cfg.<source>`` windows teacher-forced and the
     next ``cfg.gen_<source>`` as prompts."""
-    from omnidraft import chat
+    from omnidraft.vocab import chat
 
     for src, cuts in (("code", code_cuts(cfg.seed, per_file_most=cfg.windows_per_file)),
                       ("code-other", other_code_cuts(cfg.seed)), ("nl", nl_cuts(cfg.seed))):

@@ -36,14 +36,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import httpguard
-from .errors import BadRequest
-from .generator import GenerationParams
-from .outbox import Outbox, Uploader
-from .policy import DraftPolicy, PolicyConfig
-from .rates import acceptance_text, measured
-from .records import build_record
-from .registry import DrafterRegistry
+from omnidraft import httpguard
+from omnidraft.errors import BadRequest
+from omnidraft.spec.generator import GenerationParams
+from omnidraft.online.outbox import Outbox, Uploader
+from omnidraft.spec.policy import DraftPolicy, PolicyConfig
+from omnidraft.online.rates import acceptance_text, measured
+from omnidraft.online.records import build_record
+from omnidraft.online.registry import DrafterRegistry
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
             raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
         heldout, pool = prompts[-cfg.n_heldout:], prompts[: -cfg.n_heldout]
         return [(pool[i % len(pool)], True) for i in range(cfg.n_train)], [(p, True) for p in heldout]
-    from .bench import prompts as sets
+    from omnidraft.bench import prompts as sets
 
     stream = [(i.prompt, i.chat) for i in sets.load(cfg.stream_set).split("stream")]
     held = [(i.prompt, i.chat) for i in sets.load(cfg.eval_set or cfg.stream_set).split("heldout")]
@@ -142,7 +142,7 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
 
 def _trainer_cli(*args: str) -> list[str]:
     """argv of ``omnidraft <args>`` in a child Python that imports this same package."""
-    return [sys.executable, "-m", "omnidraft.cli", *args]
+    return [sys.executable, "-m", "omnidraft.apps.cli", *args]
 
 
 def _child_env() -> dict:
@@ -239,7 +239,7 @@ def _fresh(out: Path) -> None:
 
 
 def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
-    from .session import Session
+    from omnidraft.runtime.session import Session
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

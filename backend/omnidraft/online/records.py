@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .vocab_bridge import UNMAPPED
+from omnidraft.vocab.bridge import UNMAPPED
 
 SCHEMA = "omnidraft.record/1"
 _PER_POSITION = ("output_ids", "dm", "ngram", "topk_ids", "topk_probs", "rest_mass")

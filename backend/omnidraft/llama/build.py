@@ -43,7 +43,7 @@ import tarfile
 
 VERSION = "0.3.36"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-PATCH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llama_patch")
+PATCH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "patch")
 GGML_CPU = os.path.join("vendor", "llama.cpp", "ggml", "src", "ggml-cpu")
 TIERS = ("native", "safe", "baseline")
 COMMON = ["-DLLAVA_BUILD=OFF", "-DGGML_LLAMAFILE=OFF"]

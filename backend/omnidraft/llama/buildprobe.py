@@ -177,7 +177,7 @@ def run_modes(model: Path, threads: int, n_gpu_layers: int = 0) -> dict:
     """In this process: logits of one-token and batched decoding in both modes (what the child does)."""
     from .engine import Engine, EngineConfig
 
-    from .llama_build import sbq4_active
+    from .build import sbq4_active
 
     fault = os.environ.get(PROBE_FAULT_ENV, "")
     ids = _token_ids(0)
@@ -270,7 +270,7 @@ def probe(threads: int = 0, timeout: float = 180.0, workdir: Path | None = None,
     with tempfile.TemporaryDirectory(dir=workdir, prefix="omnidraft-probe-") as tmp:
         model, result = Path(tmp) / "probe.gguf", Path(tmp) / "result.json"
         weights = write_probe_model(model)
-        cmd = [sys.executable, "-m", "omnidraft.buildprobe", "--child", str(model), "--out", str(result),
+        cmd = [sys.executable, "-m", "omnidraft.llama.buildprobe", "--child", str(model), "--out", str(result),
                "--threads", str(threads), "--gpu-layers", str(n_gpu_layers)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -302,7 +302,7 @@ def probe(threads: int = 0, timeout: float = 180.0, workdir: Path | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m omnidraft.buildprobe",
+    p = argparse.ArgumentParser(prog="python -m omnidraft.llama.buildprobe",
                                 description="Check, in a child process, that this llama.cpp build decodes "
                                             "right on this machine (exit 0) or say in one line what failed (1).")
     p.add_argument("--threads", type=int, default=0, help="threads (default: every core)")
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        from . import llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
+        from . import log as llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
 
         Path(args.out).write_text(json.dumps(run_modes(Path(args.child), args.threads, args.gpu_layers)))
         return 0

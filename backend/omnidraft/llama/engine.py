@@ -21,9 +21,9 @@ import numpy as np
 
 import llama_cpp
 
-from .seq import common_prefix
-from . import llama_log
-from .errors import ContextOverflow, EngineError, InvalidModelFile
+from omnidraft.seq import common_prefix
+from . import log as llama_log
+from omnidraft.errors import ContextOverflow, EngineError, InvalidModelFile
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ norm with a few of its layers, trained (the embedding too, by default) with the 
 ``teacher`` and ``train`` import neither llama.cpp nor the server: they run on a GPU machine with torch,
 transformers and gguf (docs/DISTILL.md gives the commands used on the lent GPU).  The teacher is the target's
 own GGUF dequantized into transformers (:func:`omnidraft.trainer.model.load_gguf_model`).  Under torchrun
-both run on every rank, one GPU each (:mod:`omnidraft.trainer.dist`; docs/DISTILL.md, "Many GPUs").
+both run on every rank, one GPU each (:mod:`omnidraft.distill.dist`; docs/DISTILL.md, "Many GPUs").
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 
 from . import dist
 from .dist import Dist
-from .distill_data import PAD, read_meta
+from .data import PAD, read_meta
 
 log = logging.getLogger(__name__)
 
@@ -219,11 +219,11 @@ def teacher_precision(model, bf16: bool):
 
 
 def _load_teacher(name: str, device):
-    from .model import load_gguf_model
+    from omnidraft.trainer.model import load_gguf_model
 
     path = name
     if not Path(path).exists():
-        from omnidraft import models
+        from omnidraft.assets import models
 
         path = models.resolve(path)
     return teacher_precision(load_gguf_model(path), device.type == "cuda").to(device), Path(path)
@@ -350,11 +350,11 @@ def cut_model(model, layers: list[int]):
 
 
 def load_cut(draft_gguf: str, layers: list[int]):
-    from .model import load_gguf_model
+    from omnidraft.trainer.model import load_gguf_model
 
     path = draft_gguf
     if not Path(path).exists():
-        from omnidraft import models
+        from omnidraft.assets import models
 
         path = models.resolve(path)
     return cut_model(load_gguf_model(path), layers)
@@ -380,7 +380,7 @@ class Data:
     def batch(self, exs, device):
         import torch
 
-        from .loss import Batch
+        from omnidraft.trainer.loss import Batch
 
         L = max(int(self.lens[i]) for i in exs)
         ids = np.zeros((len(exs), L), dtype=np.int64)
@@ -434,7 +434,7 @@ def evaluate(net, data: Data, device, max_tokens: int, d: Dist = Dist()) -> dict
     as one process (to float64 rounding of the sum)."""
     import torch
 
-    from .loss import hybrid_loss
+    from omnidraft.trainer.loss import hybrid_loss
 
     was = net.training
     net.eval()
@@ -563,7 +563,7 @@ def _accumulate(net, data: Data, micro: list, device, lam: float, d: Dist) -> di
     DDP reduces once, after the last group.  The mean loss terms."""
     import contextlib
 
-    from .loss import hybrid_loss
+    from omnidraft.trainer.loss import hybrid_loss
 
     tot: dict = {}
     for j, exs in enumerate(micro):
@@ -675,9 +675,9 @@ def export(draft_gguf: str, layers: list[int], trained_dir: Path | None, out: Pa
     """Write the GGUF of a (trained or untrained) cut drafter and check it against torch in llama.cpp."""
     import tempfile
 
-    from omnidraft import models
+    from omnidraft.assets import models
 
-    from .export import check_gguf, export_gguf
+    from omnidraft.trainer.export import check_gguf, export_gguf
 
     src = draft_gguf if Path(draft_gguf).exists() else models.resolve(draft_gguf)
     model = load_trained(src, layers, trained_dir) if trained_dir else load_cut(src, layers).eval()
@@ -729,7 +729,7 @@ def plot(histories: dict[str, dict], out: Path) -> Path:
 def register(sub) -> None:
     from omnidraft.cliutil import add_dataclass_args
 
-    from .distill_data import PrepConfig
+    from .data import PrepConfig
 
     p = sub.add_parser("distill", help="distil a shallow drafter offline from the target (issue 14)",
                        description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
@@ -765,7 +765,7 @@ def _cmd_step(args) -> int:
     cfg = dataclass_from_args(args.distill_cls, args)
     fn = {"PrepConfig": "prepare", "TeacherConfig": "run_teacher", "TrainConfig": "train"}[args.distill_cls.__name__]
     if fn == "prepare":
-        from .distill_data import prepare
+        from .data import prepare
 
         res = prepare(cfg)
     else:
@@ -790,7 +790,7 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_all(args) -> int:
-    from .distill_data import PrepConfig, prepare
+    from .data import PrepConfig, prepare
 
     small = dict(code=300, code_other=150, nl=60, chat=150, gen_code=60, gen_code_other=30, gen_nl=10,
                  gen_chat=30) if args.small else {}

@@ -15,10 +15,10 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from .seq import common_prefix
+from omnidraft.seq import common_prefix
 from .codec import Codec
 from .ngram_cache import NGramCache
-from .vocab_bridge import UNMAPPED, VocabBridge
+from .bridge import UNMAPPED, VocabBridge
 
 DIRECT, NGRAM, RETOK, EOG, SAME, LOOKUP = "direct", "ngram", "retok", "eog", "same", "lookup"
 

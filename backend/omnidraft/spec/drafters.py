@@ -13,13 +13,13 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from .seq import common_prefix
-from .codec import Codec
-from .engine import Engine
-from .errors import ContextOverflow
+from omnidraft.seq import common_prefix
+from omnidraft.vocab.codec import Codec
+from omnidraft.llama.engine import Engine
+from omnidraft.errors import ContextOverflow
 from .policy import StopRule
 from .predictor import DraftFeatures
-from .translator import LOOKUP, Candidates, Proposal, Translator
+from omnidraft.vocab.translator import LOOKUP, Candidates, Proposal, Translator
 
 
 @dataclass
@@ -35,7 +35,7 @@ class PromptInput:
 
     def tokenize(self, engine: Engine) -> list[int]:
         """This prompt in another engine's vocabulary (its own BOS rule), contents kept as text."""
-        from . import chat
+        from omnidraft.vocab import chat
 
         if self.plain is None:
             return engine.tokenize(self.text, add_bos=engine.add_bos, special=True)

@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ChecksumMismatch, ModelFetchError, ModelNotFound
+from omnidraft.errors import ChecksumMismatch, ModelFetchError, ModelNotFound
 
 log = logging.getLogger(__name__)
 

@@ -10,19 +10,20 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import costmodel, models
-from .costmodel import CostModel
-from .engine import Engine, EngineConfig
-from .errors import BadRequest
-from .generator import Generator
-from . import invariance
-from .invariance import VerifyPlan
-from .methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make_drafter
-from .ngram_cache import NGramCache, cache_filename
-from .policy import DraftPolicy, PolicyConfig, seeded_policy
-from .predictor import AcceptancePredictor
-from .registry import VersionCorrupt
-from .vocab_bridge import build_bridge
+from omnidraft.llama import costmodel
+from omnidraft.assets import models
+from omnidraft.llama.costmodel import CostModel
+from omnidraft.llama.engine import Engine, EngineConfig
+from omnidraft.errors import BadRequest
+from omnidraft.spec.generator import Generator
+from omnidraft.llama import invariance
+from omnidraft.llama.invariance import VerifyPlan
+from omnidraft.spec.methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make_drafter
+from omnidraft.vocab.ngram_cache import NGramCache, cache_filename
+from omnidraft.spec.policy import DraftPolicy, PolicyConfig, seeded_policy
+from omnidraft.spec.predictor import AcceptancePredictor
+from omnidraft.online.registry import VersionCorrupt
+from omnidraft.vocab.bridge import build_bridge
 
 log = logging.getLogger(__name__)
 

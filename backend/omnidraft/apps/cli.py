@@ -16,9 +16,9 @@ import json
 import logging
 import sys
 
-from . import models
-from .cliutil import add_dataclass_args, dataclass_from_args  # noqa: F401 - re-exported for callers
-from .errors import OmniDraftError
+from omnidraft.assets import models
+from omnidraft.cliutil import add_dataclass_args, dataclass_from_args  # noqa: F401 - re-exported for callers
+from omnidraft.errors import OmniDraftError
 
 log = logging.getLogger("omnidraft")
 
@@ -56,8 +56,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- generate
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from .generator import Final, GenerationParams
-    from .session import Session, Settings
+    from omnidraft.spec.generator import Final, GenerationParams
+    from omnidraft.runtime.session import Session, Settings
 
     settings = dataclass_from_args(Settings, args)
     params = GenerationParams(max_tokens=args.max_tokens, temperature=args.temp, top_p=args.top_p,
@@ -102,7 +102,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------- adapt
 def _cmd_adapt(args: argparse.Namespace) -> int:
     from .adapt import AdaptConfig, run
-    from .session import Settings
+    from omnidraft.runtime.session import Settings
 
     settings = dataclass_from_args(Settings, args)
     run(dataclass_from_args(AdaptConfig, args), settings, threads=settings.threads)
@@ -111,8 +111,8 @@ def _cmd_adapt(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    from .generator import VERIFICATION_MODES
-    from .session import Settings
+    from omnidraft.spec.generator import VERIFICATION_MODES
+    from omnidraft.runtime.session import Settings
 
     p = argparse.ArgumentParser(
         prog="omnidraft",
@@ -168,17 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_extra_commands(sub) -> None:
     """Subcommands that live in their own modules.  The server and trainer parts need extras
     (flask, torch) that a minimal install (Termux) may lack: such a part is left out with a warning."""
-    from .bench import cli as bench_cli
+    from omnidraft.bench import cli as bench_cli
 
     bench_cli.register(sub)
     try:
-        from .server import cli as server_cli
+        from omnidraft.server import cli as server_cli
     except ImportError as e:
         log.warning("'serve' commands unavailable: %s", e)
     else:
         server_cli.register(sub)
     try:
-        from .trainer import cli as trainer_cli
+        from omnidraft.trainer import cli as trainer_cli
     except ImportError as e:
         log.warning("'trainer' commands unavailable: %s", e)
     else:
@@ -187,7 +187,7 @@ def _add_extra_commands(sub) -> None:
 
 
 def _add_adapt(sub) -> None:
-    from .session import Settings
+    from omnidraft.runtime.session import Settings
 
     a = sub.add_parser("adapt", help="the whole online loop on a prompt stream, with a held-out curve",
                        description="Generate with speculation, record, upload, train every --interval prompts, "

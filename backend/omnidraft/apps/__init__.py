@@ -1,0 +1,1 @@
+"""The commands: the omnidraft CLI, adapt (the whole online loop), doctor."""

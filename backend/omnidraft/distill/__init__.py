@@ -1,0 +1,1 @@
+"""Offline distillation of a drafter: teacher data, training, export (runs on GPU machines without llama.cpp)."""

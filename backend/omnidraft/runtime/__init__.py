@@ -1,0 +1,1 @@
+"""The generator factory of a process: one loaded pair, warm-up, policies, hot swap (session)."""
