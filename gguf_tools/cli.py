@@ -10,24 +10,35 @@ import argparse
 import json
 import logging
 import sys
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from omnidraft.errors import OmniDraftError
+from .errors import BadArgument, GGUFToolError
 
 log = logging.getLogger(__name__)
 
-_MODEL_HELP = "a .gguf path or a short model name ({names}); short names are downloaded on first use"
+
+@dataclass(frozen=True)
+class Host:
+    """What a program running these tools lends them (omnidraft: ``omnidraft.apps.gguf``).  Standalone,
+    every model is a path, and vocab-overlap, which needs llama.cpp's tokenizers, is refused."""
+
+    resolve: Callable[[str], Any] = str  # a short model name -> a .gguf path
+    names: tuple[str, ...] = ()  # the short names ``resolve`` knows, for --help
+    open_vocab: Callable[[str], Any] | None = None  # path -> vocab-only tokenizer (context manager)
+    log_tail: Callable[[], str] | None = None  # llama.cpp's last error lines: why a quantize was refused
+    llama_logger: str = ""  # the logger the host sends llama.cpp's lines to: quiet unless -v
+    errors: tuple[type[BaseException], ...] = ()  # the host's typed errors: one line and exit 2, as ours
 
 
-def _model_arg(value: str) -> str:
-    from omnidraft.assets.models import resolve
+def _model_help(host: Host) -> str:
+    if not host.names:
+        return "a .gguf path"
+    return f"a .gguf path or a short model name ({', '.join(host.names)}); short names are downloaded on first use"
 
-    return str(resolve(value))
 
-
-def _parser() -> argparse.ArgumentParser:
-    from omnidraft.assets.models import REGISTRY
-
-    names = ", ".join(REGISTRY)
+def _parser(host: Host) -> argparse.ArgumentParser:
+    model_help = _model_help(host)
     p = argparse.ArgumentParser(
         prog="omnidraft-gguf", description="Inspect, quantize, convert and compare GGUF models.",
         epilog="Example: omnidraft-gguf inspect smollm2-135m")
@@ -39,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "tokens, chat template and hyper-parameters of a GGUF file. Corrupt or "
                                    "truncated files are reported as such.",
                        epilog="Example: omnidraft-gguf inspect model.gguf --json")
-    s.add_argument("file", help=_MODEL_HELP.format(names=names))
+    s.add_argument("file", help=model_help)
     s.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
 
     from .quantize import QUANT_TYPES
@@ -48,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="Write IN quantized to --type at OUT (atomically: a temp file is renamed "
                                    "into place). Input may be f32/f16/bf16 or already quantized.",
                        epilog="Example: omnidraft-gguf quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m")
-    s.add_argument("input", metavar="IN", help=_MODEL_HELP.format(names=names))
+    s.add_argument("input", metavar="IN", help=model_help)
     s.add_argument("output", metavar="OUT", help="path of the .gguf file to write")
     s.add_argument("--type", "-t", required=True, metavar="T",
                    help=f"target type, one of: {', '.join(QUANT_TYPES)} (q4_k_m is a good default for CPUs)")
@@ -66,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("output", metavar="OUT.gguf", help="path of the .gguf file to write")
     s.add_argument("--outtype", choices=("f32", "f16", "bf16"), default="f16",
                    help="precision of the 2-D weights (norms stay f32); default f16")
-    s.add_argument("--vocab-from", metavar="G", type=_model_arg,
+    s.add_argument("--vocab-from", metavar="G", type=lambda v: str(host.resolve(v)),
                    help="copy the tokenizer (and chat template) from this GGUF instead of the HF files; "
                         "use it when the tokenizer is unchanged, e.g. re-exporting a fine-tuned drafter")
 
@@ -77,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "file's type. Timing does not depend on the weights.",
                        epilog="Example: omnidraft-gguf synth qwen2.5-coder-1.5b q15.gguf.gz && "
                               "omnidraft-gguf synth q15.gguf.gz q15-random.gguf --from-skeleton")
-    s.add_argument("input", metavar="IN", help=_MODEL_HELP.format(names=names) + "; or a skeleton")
+    s.add_argument("input", metavar="IN", help=model_help + "; or a skeleton")
     s.add_argument("output", metavar="OUT", help="skeleton (.gguf/.gguf.gz) or, with --from-skeleton, model")
     s.add_argument("--from-skeleton", action="store_true", help="IN is a skeleton: build the random model")
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -88,13 +99,16 @@ def _parser() -> argparse.ArgumentParser:
                                    "the share of each vocabulary that is shared, and how many of B's tokens "
                                    "A's tokenizer splits into several tokens.",
                        epilog="Example: omnidraft-gguf vocab-overlap smollm2-135m qwen2.5-coder-0.5b")
-    s.add_argument("a", metavar="A", help=_MODEL_HELP.format(names=names))
+    s.add_argument("a", metavar="A", help=model_help)
     s.add_argument("b", metavar="B", help="second model, same forms as A")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
-def _run(args: argparse.Namespace) -> None:
+def _run(args: argparse.Namespace, host: Host) -> None:
+    def _model_arg(value: str) -> str:
+        return str(host.resolve(value))
+
     if args.cmd == "inspect":
         from .inspect import format_report, inspect
 
@@ -104,7 +118,7 @@ def _run(args: argparse.Namespace) -> None:
         from .quantize import quantize
 
         out = quantize(_model_arg(args.input), args.output, args.type,
-                       allow_requantize=not args.no_requantize, nthreads=args.threads)
+                       allow_requantize=not args.no_requantize, nthreads=args.threads, log_tail=host.log_tail)
         print(out)
     elif args.cmd == "convert":
         from .convert import convert
@@ -114,32 +128,35 @@ def _run(args: argparse.Namespace) -> None:
         from .synth import build, skeleton
 
         if args.from_skeleton:
-            print(build(args.input, args.output, seed=args.seed, qtype=args.type))
+            print(build(args.input, args.output, seed=args.seed, qtype=args.type, log_tail=host.log_tail))
         else:
             print(skeleton(_model_arg(args.input), args.output))
     elif args.cmd == "vocab-overlap":
         from .vocab import format_overlap, vocab_overlap
 
-        r = vocab_overlap(_model_arg(args.a), _model_arg(args.b))
+        if host.open_vocab is None:
+            raise BadArgument("vocab-overlap needs llama.cpp's tokenizers: run it as `omnidraft gguf vocab-overlap`")
+        r = vocab_overlap(_model_arg(args.a), _model_arg(args.b), host.open_vocab)
         print(json.dumps(r, indent=2) if args.json else format_overlap(r))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, host: Host = Host()) -> int:
     """Entry point; returns the exit code (0 ok, 2 typed error or bad usage)."""
-    parser = _parser()
+    typed = (GGUFToolError, *host.errors)
+    parser = _parser(host)
     try:
         args = parser.parse_args(argv)
-    except OmniDraftError as e:  # raised by a type= converter such as --vocab-from
+    except typed as e:  # raised by a type= converter such as --vocab-from
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                             format="%(levelname)s %(name)s: %(message)s")
-    if not args.verbose:
-        logging.getLogger("omnidraft.llama_cpp").setLevel(logging.ERROR)
+    if not args.verbose and host.llama_logger:
+        logging.getLogger(host.llama_logger).setLevel(logging.ERROR)
     try:
-        _run(args)
-    except OmniDraftError as e:
+        _run(args, host)
+    except typed as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

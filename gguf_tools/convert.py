@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 import gguf
 import numpy as np
 
-from omnidraft.errors import BadRequest, InvalidModelFile, VocabularyMismatch
+from .errors import BadArgument, InvalidFile, VocabMismatch
 
 from . import hf_tokenizer
 from .inspect import read
@@ -33,7 +33,7 @@ OUTTYPES = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_
 ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}  # HF class -> GGUF arch
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
-_LAYER_NAMES = {
+LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_proj.bias": "attn_q.bias",
     "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
@@ -44,7 +44,7 @@ _LAYER_NAMES = {
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
-_TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
               "lm_head.weight": "output.weight"}
 
 
@@ -71,20 +71,20 @@ class HParams:
         arch = next((ARCHS[a] for a in archs if a in ARCHS), None) or {"llama": "llama", "qwen2": "qwen2"}.get(
             cfg.get("model_type", ""))
         if arch is None:
-            raise BadRequest(f"unsupported architecture {archs or cfg.get('model_type')}; "
+            raise BadArgument(f"unsupported architecture {archs or cfg.get('model_type')}; "
                              f"supported: {', '.join(ARCHS)}")
         scaling = cfg.get("rope_scaling") or {}
         rope_type = scaling.get("rope_type", scaling.get("type", "default"))
         if rope_type not in ("default", None):
-            raise BadRequest(f"rope_scaling type {rope_type!r} is not supported by this converter")
+            raise BadArgument(f"rope_scaling type {rope_type!r} is not supported by this converter")
         params = cfg.get("rope_parameters") or {}  # transformers 5 moved rope_theta here
         if params.get("rope_type", "default") != "default":
-            raise BadRequest(f"rope type {params['rope_type']!r} is not supported by this converter")
+            raise BadArgument(f"rope type {params['rope_type']!r} is not supported by this converter")
         heads = cfg["num_attention_heads"]
         hidden = cfg["hidden_size"]
         head_dim = cfg.get("head_dim") or hidden // heads
         if head_dim * heads != hidden:
-            raise BadRequest(f"head_dim {head_dim} x {heads} heads != hidden_size {hidden}: not supported")
+            raise BadArgument(f"head_dim {head_dim} x {heads} heads != hidden_size {hidden}: not supported")
         return cls(
             arch=arch,
             vocab_size=cfg["vocab_size"],
@@ -108,7 +108,7 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike, outtype: str
     hf_dir = Path(hf_dir)
     cfg_path = hf_dir / "config.json"
     if not cfg_path.is_file():
-        raise InvalidModelFile(f"{hf_dir}: no config.json (expected a Hugging Face model directory)")
+        raise InvalidFile(f"{hf_dir}: no config.json (expected a Hugging Face model directory)")
     cfg = json.loads(cfg_path.read_text())
     hp = HParams.from_config(cfg)
     tok = _tokenizer_kv(hp, vocab_from, hf_dir)
@@ -120,7 +120,7 @@ def convert_model(model: Any, out_path: str | os.PathLike, outtype: str = "f16",
     """Convert an in-memory transformers model; the tokenizer comes from ``vocab_from`` or ``tokenizer``."""
     hp = HParams.from_config(model.config.to_dict())
     if vocab_from is None and tokenizer is None:
-        raise BadRequest("convert_model needs vocab_from (a GGUF) or tokenizer (a HF tokenizer)")
+        raise BadArgument("convert_model needs vocab_from (a GGUF) or tokenizer (a HF tokenizer)")
     if vocab_from is not None:
         tok = _tokenizer_kv(hp, vocab_from, None)
     else:
@@ -138,28 +138,28 @@ def _safetensors(hf_dir: Path) -> Iterator[tuple[str, Any]]:
 
     files = sorted(hf_dir.glob("*.safetensors"))
     if not files:
-        raise InvalidModelFile(f"{hf_dir}: no *.safetensors files (only safetensors checkpoints are supported)")
+        raise InvalidFile(f"{hf_dir}: no *.safetensors files (only safetensors checkpoints are supported)")
     for f in files:
         try:
             with safe_open(str(f), framework="pt") as st:
                 for name in st.keys():
                     yield name, st.get_tensor(name)
         except Exception as e:
-            if isinstance(e, (InvalidModelFile, BadRequest)):
+            if isinstance(e, (InvalidFile, BadArgument)):
                 raise
-            raise InvalidModelFile(f"{f}: cannot read safetensors ({e})") from None
+            raise InvalidFile(f"{f}: cannot read safetensors ({e})") from None
 
 
 def gguf_name(hf_name: str) -> str | None:
     """GGUF tensor name for a HF one; None for tensors llama.cpp does not use (rotary inv_freq)."""
-    if hf_name in _TOP_NAMES:
-        return _TOP_NAMES[hf_name]
+    if hf_name in TOP_NAMES:
+        return TOP_NAMES[hf_name]
     m = _LAYER.match(hf_name)
-    if m and m.group(2) in _LAYER_NAMES:
-        return f"blk.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}"
+    if m and m.group(2) in LAYER_NAMES:
+        return f"blk.{m.group(1)}.{LAYER_NAMES[m.group(2)]}"
     if hf_name.endswith("rotary_emb.inv_freq"):
         return None
-    raise BadRequest(f"unexpected tensor {hf_name!r} in the checkpoint; the converter does not know where it goes")
+    raise BadArgument(f"unexpected tensor {hf_name!r} in the checkpoint; the converter does not know where it goes")
 
 
 def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -200,7 +200,7 @@ def _tokenizer_kv(hp: HParams, vocab_from: str | os.PathLike | None, hf_dir: Pat
         kv = copy_tokenizer_kv(vocab_from)
         n = next((len(v) for k, v, *_ in kv if k == gguf.Keys.Tokenizer.LIST), None)
         if n != hp.vocab_size:
-            raise VocabularyMismatch(f"{vocab_from} has {n} tokens but the model's embedding has {hp.vocab_size} rows")
+            raise VocabMismatch(f"{vocab_from} has {n} tokens but the model's embedding has {hp.vocab_size} rows")
         return kv
     return hf_tokenizer.tokenizer_kv(hf_dir, hp.arch, hp.vocab_size)
 
@@ -227,7 +227,7 @@ def copy_tokenizer_kv(path: str | os.PathLike) -> list[KV]:
             continue
         out.append(field_kv(key, f))
     if not any(k == gguf.Keys.Tokenizer.LIST for k, *_ in out):
-        raise InvalidModelFile(f"{path}: has no tokenizer.ggml.tokens; cannot copy a vocabulary from it")
+        raise InvalidFile(f"{path}: has no tokenizer.ggml.tokens; cannot copy a vocabulary from it")
     return out
 
 
@@ -235,7 +235,7 @@ def copy_tokenizer_kv(path: str | os.PathLike) -> list[KV]:
 def _write(out_path: str | os.PathLike, hp: HParams, tensors: Iterable[tuple[str, Any]], tok: list[KV],
            outtype: str, name: str) -> Path:
     if outtype not in OUTTYPES:
-        raise BadRequest(f"unknown outtype {outtype!r}; valid: {', '.join(OUTTYPES)} (quantize afterwards)")
+        raise BadArgument(f"unknown outtype {outtype!r}; valid: {', '.join(OUTTYPES)} (quantize afterwards)")
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
@@ -280,9 +280,9 @@ def _write(out_path: str | os.PathLike, hp: HParams, tensors: Iterable[tuple[str
 def _check_complete(seen: set[str], hp: HParams) -> None:
     need = {"token_embd.weight", "output_norm.weight"} | ({"output.weight"} if not hp.tied else set())
     for i in range(hp.block_count):
-        need |= {f"blk.{i}.{v}" for k, v in _LAYER_NAMES.items() if not k.endswith(".bias")}
+        need |= {f"blk.{i}.{v}" for k, v in LAYER_NAMES.items() if not k.endswith(".bias")}
         if hp.arch == "qwen2":
             need |= {f"blk.{i}.attn_{x}.bias" for x in "qkv"}
     missing = sorted(need - seen)
     if missing:
-        raise InvalidModelFile(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:3]}")
+        raise InvalidFile(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:3]}")

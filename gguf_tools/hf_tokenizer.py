@@ -19,7 +19,7 @@ from typing import Any
 
 import gguf
 
-from omnidraft.errors import BadRequest, InvalidModelFile
+from .errors import BadArgument, InvalidFile
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def tokenizer_kv(hf_dir: Path, arch: str, vocab_size: int) -> list[tuple[str, An
     elif (hf_dir / "tokenizer.model").is_file():
         kv = _from_sentencepiece(hf_dir / "tokenizer.model", cfg, vocab_size)
     else:
-        raise InvalidModelFile(f"{hf_dir}: no tokenizer.json or tokenizer.model; pass vocab_from=<a GGUF> instead")
+        raise InvalidFile(f"{hf_dir}: no tokenizer.json or tokenizer.model; pass vocab_from=<a GGUF> instead")
     template = _chat_template(hf_dir, cfg)
     if template:
         kv.append((K.CHAT_TEMPLATE, template, T.STRING, None))
@@ -76,19 +76,19 @@ def _walk(node: Any) -> list[dict]:
 def _from_tokenizer_json(tj: dict, cfg: dict, arch: str, vocab_size: int) -> list:
     model = tj["model"]
     if model.get("type") != "BPE":
-        raise BadRequest(f"tokenizer model {model.get('type')!r} is not supported (BPE only); use vocab_from")
+        raise BadArgument(f"tokenizer model {model.get('type')!r} is not supported (BPE only); use vocab_from")
     parts = _walk(tj.get("pre_tokenizer")) + _walk(tj.get("decoder")) + _walk(tj.get("normalizer"))
     kinds = {d.get("type") for d in parts}
     byte_level = "ByteLevel" in kinds
     if not byte_level and not ({"Metaspace", "Prepend"} & kinds or model.get("byte_fallback")):
-        raise BadRequest("tokenizer.json is neither byte-level BPE nor SentencePiece-style BPE; use vocab_from")
+        raise BadArgument("tokenizer.json is neither byte-level BPE nor SentencePiece-style BPE; use vocab_from")
 
     added = {a["id"]: a for a in tj.get("added_tokens", [])}
     ids = dict(model["vocab"])
     ids.update({a["content"]: i for i, a in added.items()})
     n = max(ids.values()) + 1
     if n > vocab_size:
-        raise BadRequest(f"tokenizer has {n} tokens but the model's embedding only {vocab_size} rows")
+        raise BadArgument(f"tokenizer has {n} tokens but the model's embedding only {vocab_size} rows")
     tokens = [f"[PAD{i}]" for i in range(vocab_size)]
     types = [int(TT.UNUSED)] * vocab_size
     for text, i in ids.items():
@@ -169,11 +169,11 @@ def _from_sentencepiece(path: Path, cfg: dict, vocab_size: int) -> list:
     try:
         from sentencepiece import SentencePieceProcessor
     except ImportError:
-        raise BadRequest("tokenizer.model needs the sentencepiece package (pip install sentencepiece)") from None
+        raise BadArgument("tokenizer.model needs the sentencepiece package (pip install sentencepiece)") from None
     sp = SentencePieceProcessor(model_file=str(path))
     n = sp.vocab_size()
     if n > vocab_size:
-        raise BadRequest(f"tokenizer.model has {n} tokens but the model's embedding only {vocab_size} rows")
+        raise BadArgument(f"tokenizer.model has {n} tokens but the model's embedding only {vocab_size} rows")
     tokens = [f"[PAD{i}]" for i in range(vocab_size)]
     scores = [-1000.0] * vocab_size
     types = [int(TT.UNUSED)] * vocab_size

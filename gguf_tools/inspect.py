@@ -16,8 +16,8 @@ from typing import Any
 import gguf
 import numpy as np
 
-from omnidraft.llama.engine import check_gguf_header
-from omnidraft.errors import InvalidModelFile
+from .errors import InvalidFile
+from .header import check_header
 
 # tokenizer.ggml.<name>_token_id keys reported as special ids (llama.cpp spells "separator" wrongly)
 _SPECIAL_KEYS = ("bos", "eos", "eot", "eom", "unknown", "padding", "seperator", "mask",
@@ -105,18 +105,18 @@ class _Reader(gguf.GGUFReader):
 
 
 def read(path: str | os.PathLike) -> gguf.GGUFReader:
-    """Open a GGUF file with its header validated; raise InvalidModelFile for anything unreadable."""
+    """Open a GGUF file with its header validated; raise InvalidFile for anything unreadable."""
     path = Path(path)
-    check_gguf_header(path)
+    check_header(path)
     try:
         reader = _Reader(path)
     except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError) as e:
-        raise InvalidModelFile(f"{path}: corrupt or truncated GGUF file ({type(e).__name__}: {e})") from None
+        raise InvalidFile(f"{path}: corrupt or truncated GGUF file ({type(e).__name__}: {e})") from None
     size = path.stat().st_size
     for t in reader.tensors:
         end = t.data_offset + t.n_bytes
         if end > size:
-            raise InvalidModelFile(
+            raise InvalidFile(
                 f"{path}: truncated: tensor {t.name!r} ends at byte {end:,} but the file has {size:,} bytes")
     return reader
 

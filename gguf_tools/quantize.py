@@ -12,11 +12,11 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable
 
 import llama_cpp
 
-from omnidraft.llama import log as llama_log
-from omnidraft.errors import BadRequest, InvalidModelFile
+from .errors import BadArgument, InvalidFile
 
 from .inspect import read
 
@@ -47,24 +47,27 @@ def ftype_of(qtype: str) -> int:
     """The LLAMA_FTYPE_* value for a type name such as 'q4_k_m' (case-insensitive)."""
     key = _key(qtype)
     if key not in QUANT_TYPES:
-        raise BadRequest(f"unknown quantization type {qtype!r}; valid types: {', '.join(QUANT_TYPES)}")
+        raise BadArgument(f"unknown quantization type {qtype!r}; valid types: {', '.join(QUANT_TYPES)}")
     return getattr(llama_cpp, "LLAMA_FTYPE_" + _TYPES[key.removesuffix(PURE)])
 
 
 def quantize(src: str | os.PathLike, dst: str | os.PathLike, qtype: str,
-             allow_requantize: bool = True, nthreads: int = 0, progress: bool = True) -> Path:
+             allow_requantize: bool = True, nthreads: int = 0, progress: bool = True,
+             log_tail: Callable[[], str] | None = None) -> Path:
     """Write ``src`` quantized to ``qtype`` at ``dst`` (atomically); return ``dst``.
 
     ``allow_requantize`` lets an already-quantized input be quantized again (lossy twice);
-    ``nthreads`` 0 lets llama.cpp use every core.
+    ``nthreads`` 0 lets llama.cpp use every core.  ``log_tail``, where the caller routes llama.cpp's log,
+    returns (and forgets) its last error lines: they explain a refusal.
     """
+    log_tail = log_tail or (lambda: "")
     src, dst = Path(src), Path(dst)
     ftype = ftype_of(qtype)
     reader = read(src)  # validates header + tensor extents before llama.cpp sees the file
     if not reader.tensors:
-        raise InvalidModelFile(f"{src}: has no tensors (vocab-only file?); nothing to quantize")
+        raise InvalidFile(f"{src}: has no tensors (vocab-only file?); nothing to quantize")
     if src.resolve() == dst.resolve():
-        raise BadRequest(f"input and output are the same file: {src}")
+        raise BadArgument(f"input and output are the same file: {src}")
     dst.parent.mkdir(parents=True, exist_ok=True)
 
     params = llama_cpp.llama_model_quantize_default_params()
@@ -75,13 +78,13 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, qtype: str,
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        llama_log.SINK.take_recent()
+        log_tail()
         rc = _run_with_spinner(
             lambda: llama_cpp.llama_model_quantize(str(src).encode(), tmp.encode(), ctypes.byref(params)),
             f"quantize {src.name} -> {qtype}", progress)
         if rc != 0:
-            why = llama_log.SINK.take_recent() or "llama.cpp gave no reason"
-            raise InvalidModelFile(f"{src}: llama.cpp could not quantize to {qtype} (rc={rc}: {why})")
+            why = log_tail() or "llama.cpp gave no reason"
+            raise InvalidFile(f"{src}: llama.cpp could not quantize to {qtype} (rc={rc}: {why})")
         os.replace(tmp, dst)
     finally:
         if os.path.exists(tmp):

@@ -30,7 +30,7 @@ import gguf
 from .convert import field_kv
 import numpy as np
 
-from omnidraft.errors import InvalidModelFile
+from .errors import InvalidFile
 
 from .inspect import read
 
@@ -57,7 +57,7 @@ def _kvs(reader: gguf.GGUFReader) -> list[KV]:
 def _arch(reader: gguf.GGUFReader, path: Path) -> str:
     f = reader.get_field("general.architecture")
     if f is None:
-        raise InvalidModelFile(f"{path}: has no general.architecture")
+        raise InvalidFile(f"{path}: has no general.architecture")
     return bytes(f.parts[-1]).decode()
 
 
@@ -83,7 +83,7 @@ def skeleton(real: str | os.PathLike, out: str | os.PathLike) -> Path:
     real, out = Path(real), Path(out)
     r = read(real)
     if not r.tensors:
-        raise InvalidModelFile(f"{real}: has no tensors (vocab-only file?); nothing to describe")
+        raise InvalidFile(f"{real}: has no tensors (vocab-only file?); nothing to describe")
     arch = _arch(r, real)
     tensors = [[t.name, [int(x) for x in t.shape], t.tensor_type.name] for t in r.tensors]
     ftype = r.get_field("general.file_type")
@@ -119,7 +119,7 @@ def describe(skel: str | os.PathLike) -> dict:
     try:
         f = r.get_field(TENSORS_KEY)
         if f is None:
-            raise InvalidModelFile(f"{skel}: not a skeleton (no {TENSORS_KEY})")
+            raise InvalidFile(f"{skel}: not a skeleton (no {TENSORS_KEY})")
         src = r.get_field(SOURCE_KEY)
         return {"arch": _arch(r, Path(skel)), "tensors": json.loads(bytes(f.parts[-1]).decode()),
                 "source": json.loads(bytes(src.parts[-1]).decode()) if src is not None else {}}
@@ -171,7 +171,7 @@ def synth(skel: str | os.PathLike, out: str | os.PathLike, seed: int = 0, layers
         arch = _arch(r, skel)
         f = r.get_field(TENSORS_KEY)
         if f is None:
-            raise InvalidModelFile(f"{skel}: not a skeleton (no {TENSORS_KEY})")
+            raise InvalidFile(f"{skel}: not a skeleton (no {TENSORS_KEY})")
         tensors = json.loads(bytes(f.parts[-1]).decode())
         kvs = _kvs(r)
     finally:
@@ -213,13 +213,14 @@ def qtype_of(skel: str | os.PathLike, source: dict | None = None) -> str:
     try:
         name = gguf.LlamaFileType(ftype).name  # e.g. MOSTLY_Q4_K_M
     except ValueError:
-        raise InvalidModelFile(f"{skel}: unknown file type {ftype!r}") from None
+        raise InvalidFile(f"{skel}: unknown file type {ftype!r}") from None
     return "f32" if name == "ALL_F32" else name.removeprefix("MOSTLY_").lower()
 
 
 def build(skel: str | os.PathLike, out: str | os.PathLike, seed: int = 0, qtype: str | None = None,
-          nthreads: int = 0, layers: int | None = None) -> Path:
-    """Synthesize at f16 beside ``out``, quantize to the real file's type (or ``qtype``), drop the f16."""
+          nthreads: int = 0, layers: int | None = None, log_tail=None) -> Path:
+    """Synthesize at f16 beside ``out``, quantize to the real file's type (or ``qtype``), drop the f16.
+    ``log_tail``: as :func:`gguf_tools.quantize.quantize` takes it."""
     from .quantize import quantize
 
     out = Path(out)
@@ -230,7 +231,7 @@ def build(skel: str | os.PathLike, out: str | os.PathLike, seed: int = 0, qtype:
         os.replace(f16, out)
         return out
     try:
-        quantize(f16, out, q, nthreads=nthreads, progress=False)
+        quantize(f16, out, q, nthreads=nthreads, progress=False, log_tail=log_tail)
     finally:
         f16.unlink(missing_ok=True)
     return out

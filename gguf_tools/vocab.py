@@ -1,6 +1,6 @@
 """How much two vocabularies overlap, compared as raw byte strings (what the translator maps on).
 
-Both tables come from llama.cpp (``Engine(..., vocab_only=True)``), so SentencePiece
+Both tables come from llama.cpp (the caller's ``open_vocab``, omnidraft's vocab-only ``Engine``), so SentencePiece
 '▁', byte-level 'Ġ'/'Ċ' and <0xNN> byte tokens are already decoded to the bytes they
 stand for; control/unknown/unused tokens are left out of every count.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omnidraft.llama.engine import Engine, EngineConfig
+from typing import Any, Callable
 
 
-def _table(engine: Engine) -> dict[bytes, int]:
+def _table(engine) -> dict[bytes, int]:
     """Raw bytes -> lowest token id, over non-special, non-empty tokens."""
     out: dict[bytes, int] = {}
     for t, b in enumerate(engine.token_bytes):
@@ -22,14 +22,16 @@ def _table(engine: Engine) -> dict[bytes, int]:
     return out
 
 
-def vocab_overlap(a_path: str | os.PathLike, b_path: str | os.PathLike, n_examples: int = 8) -> dict:
+def vocab_overlap(a_path: str | os.PathLike, b_path: str | os.PathLike, open_vocab: Callable[[Any], Any],
+                  n_examples: int = 8) -> dict:
     """Shared tokens of A and B, each side's coverage, and how B's tokens split under A's tokenizer.
 
     ``b_multi_in_a`` counts B tokens that A's tokenizer needs more than one token for (B tokens
-    that are not valid UTF-8 on their own are tokenized as raw bytes).
+    that are not valid UTF-8 on their own are tokenized as raw bytes).  ``open_vocab(path)`` opens a
+    model's vocabulary as a context manager with ``token_bytes``, ``is_special``, ``tokenize``, ``n_vocab``
+    and ``vocab_type`` (omnidraft's ``Engine`` with ``vocab_only=True``).
     """
-    cfg = EngineConfig(vocab_only=True)
-    with Engine(a_path, cfg) as a, Engine(b_path, cfg) as b:
+    with open_vocab(a_path) as a, open_vocab(b_path) as b:
         ta, tb = _table(a), _table(b)
         shared = ta.keys() & tb.keys()
         multi, examples_multi = 0, []

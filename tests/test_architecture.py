@@ -1,9 +1,10 @@
-"""The package's layers, read from its imports (ast): a forbidden edge fails here, so the shape stays.
+"""The package's layers, read from its folders and its imports (ast): a forbidden edge fails here, so the shape stays.
 
-Layers (docs/ARCHITECTURE.md): core (engine, codec, bridge, translator, cache, verifier, drafters,
-policy, generator, ...) <- contract (records, outbox, registry, rates) <- serving (server.*) and training
-(trainer.*) <- apps (cli, adapt, bench, session as the generator factory).  Every import, at module level
-or inside a function, counts.
+Each folder of ``backend/omnidraft`` is one package of one layer (docs/ARCHITECTURE.md draws the same words),
+listed bottom-up; the package's own top-level modules (errors, seq, cliutil, httpguard) are the base.  A module
+imports its own folder and the folders of lower layers, nothing else: packages of one layer are peers that never
+import each other (serving and training meet only through ``online``).  Every import, at module level or inside
+a function, counts.
 """
 
 from __future__ import annotations
@@ -12,15 +13,20 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "backend" / "omnidraft"
+GGUF_TOOLS = Path(__file__).resolve().parents[1] / "gguf_tools"
 
-CORE = {"vocab.chat", "vocab.codec", "llama.costmodel", "spec.drafters", "llama.engine", "errors", "spec.generator", "llama.invariance", "llama.log",
-        "spec.methods", "vocab.ngram_cache", "spec.policy", "spec.predictor", "seq", "vocab.textstream", "vocab.translator", "spec.verifier",
-        "vocab.bridge", "assets.models", "llama.build", "llama.buildprobe", "httpguard", "cliutil", "assets.corpora",
-        "llama", "vocab", "spec", "assets"}
-CONTRACT = {"online", "online.records", "online.outbox", "online.registry", "online.rates"}
-TRAINER_PROCESS = {"trainer.service", "trainer.export", "trainer.loss", "trainer.model", "trainer.store",
-                   "trainer.cli"}
-APPS = {"apps.cli", "apps.adapt", "runtime.session", "apps.doctor"}
+LAYERS: list[tuple[str, ...]] = [
+    ("",),                          # base: the package's own modules
+    ("llama", "vocab"),             # core: llama.cpp, vocabularies
+    ("spec", "assets"),             # core: the speculative loop | pinned downloads (requantized by llama.cpp)
+    ("online",),                    # contract: records, outbox, registry, rates
+    ("runtime",),                   # the generator factory (session)
+    ("server", "trainer"),          # serving | training
+    ("bench",),
+    ("distill",),                   # reads the benchmarks' prompt sets, reuses the trainer's loss and export
+    ("apps",),                      # the commands: cli, adapt, doctor
+]
+RANK = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
 
 
 def _module_name(path: Path) -> str:
@@ -55,38 +61,37 @@ def graph() -> dict[str, set[str]]:
     return {n: {d for d in _imports(p, n) if d in files and d != n} for n, p in files.items()}
 
 
-def _top(mod: str) -> str:
-    return mod.split(".")[0]
+def _folder(mod: str) -> str:
+    """The layer package holding a module ('' for the package's own top-level modules)."""
+    top = mod.split(".")[0]
+    return top if "." in mod or (ROOT / top).is_dir() else ""
 
 
 def _violations(g, sources, forbidden) -> list[str]:
-    return [f"{s} imports {d}" for s in sorted(sources) if s in g for d in sorted(g[s]) if forbidden(d)]
+    return [f"{s} imports {d}" for s in sorted(sources) if s in g for d in sorted(g[s]) if forbidden(s, d)]
 
 
-def test_core_imports_only_core():
+def _allowed(src: str, dst: str) -> bool:
+    a, b = _folder(src), _folder(dst)
+    return a == b or RANK[b] < RANK[a]
+
+
+def test_every_folder_has_a_layer():
+    folders = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert folders == set(RANK) - {""}, sorted(folders ^ (set(RANK) - {""}))
+
+
+def test_each_module_imports_only_its_folder_and_lower_layers():
     g = graph()
-    bad = _violations(g, CORE, lambda d: d not in CORE)
-    assert not bad, bad
-
-
-def test_contract_imports_only_core_and_contract():
-    g = graph()
-    assert not _violations(g, CONTRACT, lambda d: d not in CORE | CONTRACT)
-
-
-def test_serving_never_imports_training_or_apps_other_than_the_factory():
-    g = graph()
-    serving = {n for n in g if _top(n) == "server"}
-    bad = _violations(g, serving, lambda d: _top(d) in ("trainer", "bench", "apps", "distill"))
+    bad = _violations(g, g, lambda s, d: not _allowed(s, d))
     assert not bad, bad
 
 
 def test_the_trainer_never_imports_serving_code():
     """The trainer meets serving only through the record schema and the drafter registry on disk."""
     g = graph()
-    trainer = {n for n in g if _top(n) == "trainer"}
-    assert not _violations(g, trainer, lambda d: _top(d) == "server")
-    bad = _violations(g, TRAINER_PROCESS, lambda d: d in APPS or _top(d) in ("server", "bench"))
+    trainer = {n for n in g if _folder(n) == "trainer"}
+    bad = _violations(g, trainer, lambda s, d: _folder(d) in ("server", "runtime", "spec"))
     assert not bad, bad
 
 
@@ -94,9 +99,20 @@ def test_adapt_meets_the_trainer_only_through_records_and_the_registry():
     """``omnidraft adapt`` runs the trainer as its own process (``omnidraft trainer serve|export``), as a
     server deployment does: it imports no trainer module, so no torch model or training state in-process."""
     g = graph()
-    bad = _violations(g, {"apps.adapt"}, lambda d: _top(d) == "trainer")
+    bad = _violations(g, {"apps.adapt"}, lambda s, d: _folder(d) in ("trainer", "distill"))
     assert not bad, bad
     assert "online.registry" in g["apps.adapt"] and "online.outbox" in g["apps.adapt"]
+
+
+def test_gguf_tools_stand_alone():
+    """The GGUF tools import nothing of omnidraft (omnidraft may import them)."""
+    offenders = []
+    for p in GGUF_TOOLS.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            offenders += [f"{p.name}: {n}" for n in names if n.split(".")[0] == "omnidraft"]
+    assert not offenders, offenders
 
 
 def test_no_import_cycles():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from omnidraft.llama.engine import Engine, EngineConfig
-from omnidraft.errors import BadRequest, InvalidModelFile, VocabularyMismatch
 from omnidraft.assets.models import vocab_path
+from omnidraft.errors import InvalidModelFile
 
 from tests.gguf_helpers import DEFAULT_VOCAB, load_hf_tokenizer, tiny_gguf, tiny_hf_dir
 
@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from gguf_tools import cli  # noqa: E402
+from gguf_tools.errors import BadArgument, InvalidFile, VocabMismatch  # noqa: E402
 from gguf_tools.convert import convert, convert_model, permute_qk  # noqa: E402
 from gguf_tools.inspect import inspect  # noqa: E402
 from gguf_tools.quantize import quantize  # noqa: E402
@@ -95,12 +96,12 @@ def test_f16_bf16_and_in_memory_convert(tmp_path_factory, tmp_path):
 
 
 def test_convert_rejects_bad_input(tmp_path, tmp_path_factory):
-    with pytest.raises(InvalidModelFile, match="config.json"):
+    with pytest.raises(InvalidFile, match="config.json"):
         convert(tmp_path, tmp_path / "x.gguf")
     hf_dir = tiny_hf_dir(tmp_path_factory, "llama")
-    with pytest.raises(BadRequest, match="outtype"):
+    with pytest.raises(BadArgument, match="outtype"):
         convert(hf_dir, tmp_path / "x.gguf", "q4_0", vocab_from=vocab_path("llama-spm"))
-    with pytest.raises(VocabularyMismatch, match="tokens but"):  # 50,257-token vocab on a 32,000-row model
+    with pytest.raises(VocabMismatch, match="tokens but"):  # 50,257-token vocab on a 32,000-row model
         convert(hf_dir, tmp_path / "x.gguf", "f32", vocab_from=vocab_path("gpt-2"))
     assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".*tmp"))
 
@@ -122,9 +123,9 @@ def test_quantize_q8_0_and_q4_k_m(tmp_path_factory):
 
 
 def test_quantize_rejects_unknown_type_and_leaves_no_temp(tmp_path, tmp_path_factory):
-    with pytest.raises(BadRequest, match="valid types: .*q4_k_m"):
+    with pytest.raises(BadArgument, match="valid types: .*q4_k_m"):
         quantize(tiny_gguf(tmp_path_factory, "llama"), tmp_path / "x.gguf", "q7_k")
-    with pytest.raises(InvalidModelFile):
+    with pytest.raises(InvalidFile):
         quantize(vocab_path("llama-spm"), tmp_path / "x.gguf", "q8_0")  # vocab-only: no tensors
     assert list(tmp_path.iterdir()) == []
 
@@ -151,9 +152,9 @@ def bad_files(tmp_path_factory):
 @pytest.mark.parametrize("kind", ["random", "magic+random", "truncated", "cut-in-vocab", "empty", "not-gguf"])
 def test_bad_files_raise_invalid_model_file(bad_files, kind, tmp_path):
     path = bad_files[kind]
-    with pytest.raises(InvalidModelFile):
+    with pytest.raises(InvalidFile):
         inspect(path)
-    with pytest.raises(InvalidModelFile):
+    with pytest.raises(InvalidFile):
         quantize(path, tmp_path / "out.gguf", "q8_0")
     with pytest.raises(InvalidModelFile):
         Engine(path, SMALL)
@@ -185,8 +186,12 @@ def test_inspect_smollm2():
 
 
 # ------------------------------------------------------------------ vocab overlap
+def _open_vocab(path):
+    return Engine(path, EngineConfig(vocab_only=True))
+
+
 def test_vocab_overlap_with_itself(tmp_path_factory):
-    r = vocab_overlap(tiny_gguf(tmp_path_factory, "llama"), vocab_path("llama-spm"))
+    r = vocab_overlap(tiny_gguf(tmp_path_factory, "llama"), vocab_path("llama-spm"), _open_vocab)
     assert r["shared"] == r["a"]["n_regular"] == r["b"]["n_regular"] > 31000
     assert r["coverage_a"] == r["coverage_b"] == 1.0 and r["b_multi_in_a"] == 0
 
@@ -195,7 +200,7 @@ def test_vocab_overlap_with_itself(tmp_path_factory):
 def test_vocab_overlap_smollm2_vs_qwen():
     from omnidraft.assets.models import resolve
 
-    r = vocab_overlap(resolve("smollm2-135m"), resolve("qwen2.5-coder-0.5b"))
+    r = vocab_overlap(resolve("smollm2-135m"), resolve("qwen2.5-coder-0.5b"), _open_vocab)
     assert r["shared"] > 10000
     assert 0 < r["coverage_a"] <= 1 and 0 < r["coverage_b"] <= 1
     assert 0 < r["b_multi_in_a"] < r["b"]["n_regular"]

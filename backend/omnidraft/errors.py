@@ -1,5 +1,11 @@
 """Typed exceptions.  Callers (CLI, server) map them to exit codes / HTTP codes by type."""
 
+from __future__ import annotations
+
+import contextlib
+
+from gguf_tools import errors as gguf_errors
+
 
 class OmniDraftError(Exception):
     """Base class for every error this package raises on purpose."""
@@ -21,7 +27,7 @@ class ChecksumMismatch(ModelFetchError):
     """An assembled file does not match its sha256 pin; the bad file was removed."""
 
 
-class InvalidModelFile(OmniDraftError):
+class InvalidModelFile(OmniDraftError, gguf_errors.InvalidFile):
     """A file is missing, truncated, not GGUF, or llama.cpp refused to load it."""
 
     http_status = 400
@@ -33,7 +39,7 @@ class ContextOverflow(OmniDraftError):
     http_status = 400
 
 
-class VocabularyMismatch(OmniDraftError):
+class VocabularyMismatch(OmniDraftError, gguf_errors.VocabMismatch):
     """Drafter and target cannot be paired (e.g. no shared tokens, bad same-vocab claim)."""
 
     http_status = 400
@@ -51,3 +57,19 @@ class BadRequest(OmniDraftError):
 
 class RegistryCorrupt(OmniDraftError):
     """A drafter registry file (CURRENT) holds something other than what publish writes."""
+
+
+_FROM_GGUF_TOOLS = {gguf_errors.InvalidFile: InvalidModelFile, gguf_errors.BadArgument: BadRequest,
+                    gguf_errors.VocabMismatch: VocabularyMismatch}
+
+
+@contextlib.contextmanager
+def from_gguf_tools():
+    """Calls into gguf_tools raise its own errors (it stands alone); here they become ours, same message,
+    so that the CLI's exit code and the servers' HTTP codes stay what they are for every other error."""
+    try:
+        yield
+    except OmniDraftError:
+        raise
+    except gguf_errors.GGUFToolError as e:
+        raise _FROM_GGUF_TOOLS.get(type(e), OmniDraftError)(str(e)) from e

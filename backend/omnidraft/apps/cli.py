@@ -182,7 +182,10 @@ def _add_extra_commands(sub) -> None:
     except ImportError as e:
         log.warning("'trainer' commands unavailable: %s", e)
     else:
+        from omnidraft.distill.train import register as register_distill
+
         trainer_cli.register(sub)
+        register_distill(sub)  # offline distillation sits above the trainer (it reuses its loss and export)
         _add_adapt(sub)  # drives both sides (generation + trainer): an app, not part of the trainer
 
 
@@ -206,7 +209,7 @@ def _add_adapt(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["gguf"]:
-        from gguf_tools.cli import main as gguf_main
+        from omnidraft.apps.gguf import main as gguf_main
 
         return gguf_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from omnidraft.errors import ChecksumMismatch, ModelFetchError, ModelNotFound
+from omnidraft.errors import ChecksumMismatch, ModelFetchError, ModelNotFound, from_gguf_tools
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,9 @@ def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
     """``NAME:QTYPE``: the pinned model requantized to QTYPE on first use (e.g. ``qwen2.5-coder-1.5b:q4_0``,
     whose repacked batched kernels make verification far cheaper on CPUs; re-quantizing costs a little
     quality: see BENCHMARKS.md).  Made once with ``gguf_tools.quantize`` and kept beside the pinned file."""
-    from gguf_tools.quantize import QUANT_TYPES, quantize  # lazily: gguf_tools imports this module
+    from gguf_tools.quantize import QUANT_TYPES, quantize  # lazily: it loads llama.cpp
+
+    from omnidraft.llama import log as llama_log
 
     if qtype.lower() not in QUANT_TYPES:
         raise ModelNotFound(f"{name}:{qtype}: unknown quantization; one of {', '.join(QUANT_TYPES)}")
@@ -239,7 +241,8 @@ def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
         return out
     log.info("making %s from %s (re-quantizing to %s, about a minute per GB)", out.name, name, qtype)
     out.parent.mkdir(parents=True, exist_ok=True)
-    quantize(ensure_verified(get_spec(name).name), out, qtype.lower())
+    with from_gguf_tools():
+        quantize(ensure_verified(get_spec(name).name), out, qtype.lower(), log_tail=llama_log.SINK.take_recent)
     return out
 
 

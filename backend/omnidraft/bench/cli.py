@@ -267,6 +267,9 @@ def _cmd_costmodel(args) -> int:
 
     from gguf_tools.quantize import quantize
 
+    from omnidraft.errors import from_gguf_tools
+    from omnidraft.llama import log as llama_log
+
     target_path = models.resolve(args.target)
     draft_path = models.resolve(args.draft)
     work = models.cache_dir() / "quant-sweep"
@@ -276,7 +279,8 @@ def _cmd_costmodel(args) -> int:
         path = target_path if q == "q4_k_m" else work / f"{target_path.stem}-{q}.gguf"
         if not path.exists():
             log.info("quantizing %s -> %s", target_path.name, q)
-            quantize(target_path, path, q)
+            with from_gguf_tools():
+                quantize(target_path, path, q, log_tail=llama_log.SINK.take_recent)
         for th in (int(t) for t in _csv(args.threads_list)):
             with Engine(path, EngineConfig(n_ctx=1024, n_threads=th)) as t, \
                     Engine(draft_path, EngineConfig(n_ctx=1024, n_threads=th, batch_invariant=False)) as d:

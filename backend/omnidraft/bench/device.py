@@ -66,15 +66,19 @@ def synthesize(skeletons: Path, work: Path, names: list[str], seed: int = 0) -> 
     """Build each named model from ``skeletons/<name>.gguf.gz`` into ``work``; return name -> description."""
     from gguf_tools import synth
 
+    from omnidraft.errors import from_gguf_tools
+    from omnidraft.llama import log as llama_log
+
     work.mkdir(parents=True, exist_ok=True)
     out: dict[str, dict] = {}
     for name in names:
         skel = skeletons / f"{name}.gguf.gz"
         path = work / f"{name}-synthetic.gguf"
         t0 = time.perf_counter()
-        if not path.exists():
-            synth.build(skel, path, seed=seed)
-        d = synth.describe(skel)
+        with from_gguf_tools():
+            if not path.exists():
+                synth.build(skel, path, seed=seed, log_tail=llama_log.SINK.take_recent)
+            d = synth.describe(skel)
         out[name] = {"path": str(path), "arch": d["arch"], "qtype": synth.qtype_of(skel, d["source"]), "bytes": path.stat().st_size,
                      "real": d["source"], "build_s": time.perf_counter() - t0}
         log.info("%s: %s bytes (real %s), %.1f s", name, f"{out[name]['bytes']:,}",
@@ -251,6 +255,7 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     from gguf_tools import synth
 
     from omnidraft.assets import models as registry
+    from omnidraft.errors import from_gguf_tools
     from . import runner
 
     names = [x.strip() for x in args.models.split(",") if x.strip()]
@@ -260,7 +265,8 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     for name in names:
         skel = skel_dir / f"{name}.gguf.gz"
         if not skel.exists():
-            synth.skeleton(registry.resolve(name), skel)
+            with from_gguf_tools():
+                synth.skeleton(registry.resolve(name), skel)
     out = Path(args.out) / f"device-{args.label or 'here'}-{runner.now_tag()}.json"
     run(skel_dir, work, names, [int(t) for t in args.threads.split(",")], args.gpu, out, args.max_n, args.repeats,
         args.label or "here")

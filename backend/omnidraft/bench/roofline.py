@@ -77,7 +77,10 @@ def model_weights(path: Path) -> tuple[int, int]:
     row at a time), unless the model ties its output head to it."""
     from gguf_tools.inspect import read
 
-    tensors = read(path).tensors
+    from omnidraft.errors import from_gguf_tools
+
+    with from_gguf_tools():
+        tensors = read(path).tensors
     names = {t.name for t in tensors}
     nbytes = params = 0
     for t in tensors:

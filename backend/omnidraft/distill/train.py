@@ -657,8 +657,11 @@ def quantize_mixed(src: Path, dst: Path, qtype: str, embed_type: str, threads: i
 
     from gguf_tools.quantize import ftype_of
 
+    from omnidraft.errors import from_gguf_tools
+
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype_of(qtype)
+    with from_gguf_tools():
+        params.ftype = ftype_of(qtype)
     params.nthread = threads
     params.allow_requantize = True
     params.token_embedding_type = getattr(llama_cpp, "GGML_TYPE_" + embed_type.upper())

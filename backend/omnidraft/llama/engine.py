@@ -23,14 +23,14 @@ import llama_cpp
 
 from omnidraft.seq import common_prefix
 from . import log as llama_log
-from omnidraft.errors import ContextOverflow, EngineError, InvalidModelFile
+from gguf_tools.header import check_header
+from omnidraft.errors import ContextOverflow, EngineError, InvalidModelFile, from_gguf_tools
 
 log = logging.getLogger(__name__)
 
 _SPECIAL_ATTRS = (
     llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN | llama_cpp.LLAMA_TOKEN_ATTR_UNUSED
 )
-_GGUF_MAGIC = b"GGUF"
 
 
 @dataclass
@@ -60,20 +60,8 @@ class EngineConfig:
 
 def check_gguf_header(path: Path) -> None:
     """Cheap pre-flight so that obvious non-GGUFs fail with a clear message, not a llama.cpp log line."""
-    if not path.exists():
-        raise InvalidModelFile(f"{path}: no such file")
-    if not path.is_file():
-        raise InvalidModelFile(f"{path}: not a regular file")
-    size = path.stat().st_size
-    if size < 24:
-        raise InvalidModelFile(f"{path}: {size} bytes is too small to be a GGUF file")
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if head[:4] != _GGUF_MAGIC:
-        raise InvalidModelFile(f"{path}: not a GGUF file (magic {head[:4]!r}, expected b'GGUF')")
-    version = int.from_bytes(head[4:8], "little")
-    if version not in (2, 3):
-        raise InvalidModelFile(f"{path}: unsupported GGUF version {version}")
+    with from_gguf_tools():
+        check_header(path)
 
 
 @functools.cache

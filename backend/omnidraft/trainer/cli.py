@@ -1,4 +1,4 @@
-"""Subcommands ``trainer serve|export``, ``drafter list|rollback`` and ``distill`` (registered by omnidraft.apps.cli).
+"""Subcommands ``trainer serve|export`` and ``drafter list|rollback`` (registered by omnidraft.apps.cli).
 
 The trainer side of the system: nothing here imports serving code.  ``omnidraft adapt``, which drives
 both sides, runs these commands as child processes and meets them through records and the registry."""
@@ -47,11 +47,6 @@ def register(sub) -> None:
     d.add_argument("--state-dir", default="", help="trainer state directory (default: <cache>/trainer)")
     d.add_argument("--json", action="store_true", help="list: print JSON")
     d.set_defaults(func=_cmd_drafter)
-
-
-    from omnidraft.distill.train import register as register_distill
-
-    register_distill(sub)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omnidraft.errors import InvalidModelFile
+from omnidraft.errors import InvalidModelFile, from_gguf_tools
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,17 @@ def export_gguf(model, out_path: str | os.PathLike, vocab_from: str | os.PathLik
     from gguf_tools.convert import convert_model
     from gguf_tools.quantize import quantize
 
+    from omnidraft.llama import log as llama_log
+
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    if qtype in ("f32", "f16", "bf16"):
-        return convert_model(model, out_path, qtype, vocab_from=vocab_from)
-    with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=".export-") as tmp:
-        f32 = convert_model(model, Path(tmp) / "f32.gguf", "f32", vocab_from=vocab_from)
-        return quantize(f32, out_path, qtype, nthreads=threads, progress=False)
+    with from_gguf_tools():
+        if qtype in ("f32", "f16", "bf16"):
+            return convert_model(model, out_path, qtype, vocab_from=vocab_from)
+        with tempfile.TemporaryDirectory(dir=out_path.parent, prefix=".export-") as tmp:
+            f32 = convert_model(model, Path(tmp) / "f32.gguf", "f32", vocab_from=vocab_from)
+            return quantize(f32, out_path, qtype, nthreads=threads, progress=False,
+                            log_tail=llama_log.SINK.take_recent)
 
 
 def check_gguf(path: str | os.PathLike, model, qtype: str, n_tokens: int = 16, threads: int = 0,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omnidraft.errors import BadRequest
+from omnidraft.errors import BadRequest, from_gguf_tools
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +26,9 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def _hf_names() -> dict[str, str]:
-    from gguf_tools.convert import _LAYER_NAMES, _TOP_NAMES  # the one table, read backwards
+    from gguf_tools.convert import LAYER_NAMES, TOP_NAMES  # the one table, read backwards
 
-    return {v: k for k, v in _TOP_NAMES.items()}, {v: k for k, v in _LAYER_NAMES.items()}
+    return {v: k for k, v in TOP_NAMES.items()}, {v: k for k, v in LAYER_NAMES.items()}
 
 
 def load_gguf_model(path: str | os.PathLike, dtype=None):
@@ -39,7 +39,8 @@ def load_gguf_model(path: str | os.PathLike, dtype=None):
 
     from gguf_tools.inspect import field_value, read
 
-    reader = read(path)
+    with from_gguf_tools():
+        reader = read(path)
     arch = field_value(reader, "general.architecture")
     if arch not in ("llama", "qwen2"):
         raise BadRequest(f"{path}: the trainer supports llama and qwen2 drafters, not {arch!r}")
@@ -115,5 +116,6 @@ def model_file_type(path: str | Path) -> str:
     """The quantization type name gguf_tools.quantize understands for a GGUF's general.file_type."""
     from gguf_tools.inspect import inspect
 
-    ftype = (inspect(path).get("file_type") or "f16").lower()
+    with from_gguf_tools():
+        ftype = (inspect(path).get("file_type") or "f16").lower()
     return {"all_f32": "f32", "mostly_f16": "f16"}.get(ftype, ftype)
