@@ -33,7 +33,7 @@ case "${1:-}" in prepare | teacher | train | scale | pipeline | bg | wait | fetc
 distill() {  # distill N STEP ARGS...: one `distill` step on N ranks of this host
   local n=$1
   shift
-  python3 -m torch.distributed.run --standalone --nproc_per_node="$n" -m omnidraft.distill.train "$@" 2>&1 |
+  python3 -m torch.distributed.run --standalone --nproc_per_node="$n" -m omnidraft.distill "$@" 2>&1 |
     grep --line-buffered -v '^load'
 }
 if [ "$1" = prepare ]; then

@@ -1,4 +1,4 @@
-"""Offline distillation of a shallow drafter (omnidraft.distill.train*): alignment by hand, one training
+"""Offline distillation of a shallow drafter (omnidraft.distill): alignment by hand, one training
 run on a tiny model lowering the hybrid loss, and the cut model exporting to a GGUF the Engine loads."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from omnidraft.distill.train import (PAD, Data, TrainConfig, continuation_alignment, export, map_topk,
-                                       parse_layers, save_trained, train)
-from omnidraft.distill.data import slots
+from omnidraft.distill.cut import save_trained
+from omnidraft.distill.data import PAD, slots
+from omnidraft.distill.export import export
+from omnidraft.distill.teacher import continuation_alignment, map_topk
+from omnidraft.distill.train import Data, TrainConfig, parse_layers, train
 from tests.gguf_helpers import tiny_gguf
 
 
@@ -108,7 +110,7 @@ def test_map_topk_keeps_mapped_entries_in_rank_order():
 def test_trained_matrix_larger_than_a_file_round_trips(tmp_path):
     import torch
 
-    from omnidraft.distill import train as distill
+    from omnidraft.distill import cut as distill
 
     class M(torch.nn.Module):
         def __init__(self):

@@ -1,5 +1,5 @@
 """``distill train`` and ``distill teacher`` under torchrun (2 CPU processes, gloo), through the real entry point
-``python -m torch.distributed.run -m omnidraft.distill.train``, against one process on the same data."""
+``python -m torch.distributed.run -m omnidraft.distill``, against one process on the same data."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from omnidraft.distill import dist
-from omnidraft.distill.train import (TeacherConfig, TrainConfig, continuation_alignment, run_teacher,
-                                       teacher_precision, train)
+from omnidraft.distill.teacher import TeacherConfig, continuation_alignment, run_teacher, teacher_precision
+from omnidraft.distill.train import TrainConfig, train
 from tests.gguf_helpers import tiny_gguf
 from tests.test_distill import _tiny_data
 
@@ -41,10 +41,10 @@ def one_thread():
 
 
 def torchrun(step: str, cfg, nproc: int = 2) -> str:
-    """Run ``python -m omnidraft.distill.train STEP --set ...`` on ``nproc`` ranks; its stdout."""
+    """Run ``python -m omnidraft.distill STEP --set ...`` on ``nproc`` ranks; its stdout."""
     sets = [f"{k}={v}" for k, v in vars(cfg).items()]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "omnidraft.distill.train", step, "--set", *sets]
+           "-m", "omnidraft.distill", step, "--set", *sets]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT / "backend"), str(ROOT)]))
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

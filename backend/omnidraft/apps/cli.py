@@ -182,7 +182,7 @@ def _add_extra_commands(sub) -> None:
     except ImportError as e:
         log.warning("'trainer' commands unavailable: %s", e)
     else:
-        from omnidraft.distill.train import register as register_distill
+        from omnidraft.distill.cli import register as register_distill
 
         trainer_cli.register(sub)
         register_distill(sub)  # offline distillation sits above the trainer (it reuses its loss and export)

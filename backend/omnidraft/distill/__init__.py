@@ -1,1 +1,1 @@
-"""Offline distillation of a drafter: teacher data, training, export (runs on GPU machines without llama.cpp)."""
+"""Offline distillation of a drafter: data, teacher, train, cut (save/load), export, plot, and the CLI."""

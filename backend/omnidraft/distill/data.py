@@ -234,3 +234,18 @@ def _ragged_arrays(part: dict, prefix: str) -> dict:
 
 def read_meta(z) -> dict:
     return json.loads(bytes(z["meta"]).decode())
+
+
+def batches(lengths, max_tokens: int):
+    """Indices grouped by similar length, each group at most ``max_tokens`` padded tokens."""
+    order = np.argsort(lengths, kind="stable")
+    group, longest = [], 0
+    for i in order:
+        longest2 = max(longest, int(lengths[i]))
+        if group and longest2 * (len(group) + 1) > max_tokens:
+            yield group
+            group, longest2 = [], int(lengths[i])
+        group.append(int(i))
+        longest = longest2
+    if group:
+        yield group

@@ -1,0 +1,101 @@
+"""The cut drafter: a model kept to the chosen layers, and its trained tensors saved and loaded (small int8
+npz files that travel back from the GPU machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def cut_model(model, layers: list[int]):
+    """Keep ``layers`` (in order) of a transformers Llama/Qwen2 model, renumbered 0..n-1."""
+    import torch
+
+    kept = [model.model.layers[i] for i in layers]
+    for n, layer in enumerate(kept):
+        layer.self_attn.layer_idx = n
+    model.model.layers = torch.nn.ModuleList(kept)
+    model.config.num_hidden_layers = len(kept)
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = [model.config.layer_types[i] for i in layers]
+    return model
+
+
+def load_cut(draft_gguf: str, layers: list[int]):
+    from omnidraft.trainer.model import load_gguf_model
+
+    path = draft_gguf
+    if not Path(path).exists():
+        from omnidraft.assets import models
+
+        path = models.resolve(path)
+    return cut_model(load_gguf_model(path), layers)
+
+
+def save_trained(model, names, out: Path, max_bytes: int = 15 << 20) -> list[Path]:
+    """The trained tensors as npz files of at most ``max_bytes``: matrices as int8 with one scale per row
+    (the GGUF they become is 4-8 bit), vectors as float32."""
+    state = {n: p.detach().float().cpu().numpy() for n, p in model.named_parameters() if n in names}
+    files, cur, size = [], {}, 0
+
+    def flush():
+        nonlocal cur, size
+        if cur:
+            p = out / f"trained-{len(files):02d}.npz"
+            np.savez(p, **cur)
+            files.append(p)
+            cur, size = {}, 0
+
+    chunks = []
+    for n, w in sorted(state.items()):
+        if w.ndim == 2:  # a matrix larger than a file (a trained embedding) is cut into row blocks n@0, n@1, ...
+            scale = np.maximum(np.abs(w).max(1, keepdims=True), 1e-12) / 127.0
+            q, scale = np.round(w / scale).astype(np.int8), scale.astype(np.float32)
+            rows = max(1, (max_bytes // 2) // (w.shape[1] + 4))
+            blocks = range(0, len(w), rows)
+            for b in blocks:
+                key = n if len(blocks) == 1 else f"{n}@{b // rows}"
+                chunks.append({key + ".q": q[b: b + rows], key + ".s": scale[b: b + rows]})
+        else:
+            chunks.append({n: w.astype(np.float32)})
+    for parts in chunks:
+        nb = sum(v.nbytes for v in parts.values())
+        if size + nb > max_bytes:
+            flush()
+        cur.update(parts)
+        size += nb
+    flush()
+    return files
+
+
+def load_trained(draft_gguf: str, layers: list[int], trained_dir: Path):
+    """The cut drafter with the tensors of ``trained_dir`` (see :func:`save_trained`) put in."""
+    import torch
+
+    model = load_cut(draft_gguf, layers)
+    state, blocks = {}, {}
+    for f in sorted(Path(trained_dir).glob("trained-*.npz")):
+        z = np.load(f)
+        for k in z.files:
+            if k.endswith(".s"):
+                continue
+            if k.endswith(".q"):
+                name, w = k[:-2], z[k].astype(np.float32) * z[k[:-2] + ".s"]
+            else:
+                name, w = k, z[k]
+            if "@" in name:
+                base, j = name.rsplit("@", 1)
+                blocks.setdefault(base, {})[int(j)] = w
+            else:
+                state[name] = torch.from_numpy(w)
+    for base, parts in blocks.items():
+        state[base] = torch.from_numpy(np.concatenate([parts[j] for j in sorted(parts)]))
+    missing = [k for k in state if k not in dict(model.named_parameters())]
+    if missing:
+        raise ValueError(f"{trained_dir}: tensors not in the model: {missing[:4]}")
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n in state:
+                p.copy_(state[n])
+    return model.eval()
