@@ -146,3 +146,10 @@ def test_the_rules_see_real_edges():
     assert "llama.engine" in g["spec.generator"] and "spec.verifier" in g["spec.generator"]
     assert "spec.generator" in g["server.worker"]
     assert "online.registry" in g["trainer.service"]
+
+
+def test_modules_stay_small():
+    """A module has one job: a few hundred lines (the product's and the GGUF tools')."""
+    big = {str(p): n for p in [*ROOT.rglob("*.py"), *GGUF_TOOLS.rglob("*.py")]
+           if (n := len(p.read_text().splitlines())) > 400}
+    assert not big, big

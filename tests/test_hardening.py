@@ -32,7 +32,8 @@ from omnidraft.vocab.ngram_cache import NGramCache
 from omnidraft.online.outbox import Outbox, Uploader
 from omnidraft.server import ServerConfig, create_app
 from omnidraft.server.app import shutdown
-from omnidraft.trainer.service import Trainer, TrainerConfig, create_app as trainer_app, start_http
+from omnidraft.trainer.app import create_app as trainer_app, start_http
+from omnidraft.trainer.service import Trainer, TrainerConfig
 
 HERE = Path(__file__).resolve().parent
 ORIGIN = "http://phone.example"

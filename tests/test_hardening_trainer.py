@@ -67,7 +67,7 @@ def _record(i: int, fp: str, n: int = 6) -> dict:
 
 
 def _client(trainer):
-    from omnidraft.trainer.service import create_app
+    from omnidraft.trainer.app import create_app
 
     c = create_app(trainer).test_client()
     return lambda body: c.post("/v1/records", data=body, headers={

@@ -16,7 +16,8 @@ pytest.importorskip("peft")
 from omnidraft.apps.cli import main as cli_main  # noqa: E402
 from omnidraft.online.outbox import Outbox, Uploader  # noqa: E402
 from omnidraft.online.records import SCHEMA  # noqa: E402
-from omnidraft.trainer.service import Trainer, TrainerConfig, start_http  # noqa: E402
+from omnidraft.trainer.app import start_http  # noqa: E402
+from omnidraft.trainer.service import Trainer, TrainerConfig  # noqa: E402
 
 from tests.gguf_helpers import tiny_gguf  # noqa: E402
 

@@ -6,8 +6,9 @@
 | `model`    | a llama/qwen2 GGUF (any quant) -> a transformers model; LoRA          |
 | `export`   | torch model -> GGUF -> quantized -> checked against torch in llama.cpp |
 | `store`    | the trainer's durable inbox (SQLite, dedup by record id)              |
-| `service`  | the trainer: train every I prompts, publish to the registry; HTTP app |
-| `cli`      | `omnidraft trainer serve`, `omnidraft drafter list|rollback`, `omnidraft adapt` |
+| `service`  | the trainer: train every I prompts, publish to the registry           |
+| `app`      | its HTTP face on loopback: records in, status out, behind its token   |
+| `cli`      | `omnidraft trainer serve|export`, `omnidraft drafter list|rollback`   |
 
 The trainer never imports the server or the generator: it meets them through the record schema
 (:mod:`omnidraft.online.records`) and the drafter registry (:mod:`omnidraft.online.registry`).

@@ -52,7 +52,8 @@ def register(sub) -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from omnidraft.cliutil import TRAINER_TOKEN_ENV, dataclass_from_args, read_secret
 
-    from .service import Trainer, TrainerConfig, create_app
+    from .app import create_app
+    from .service import Trainer, TrainerConfig
 
     cfg = dataclass_from_args(TrainerConfig, args)
     cfg.token = read_secret("the trainer token", cfg.token, "--token", args.token_file, "--token-file",

@@ -22,11 +22,9 @@ version) -- either way that record is quarantined with the reason (never retried
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -379,102 +377,6 @@ class Trainer:
             except Exception:  # noqa: BLE001 - logged in update(); the worker goes on, more slowly each time
                 failures += 1
                 self._stop.wait(retry_delay(failures))
-
-
-# ------------------------------------------------------------------ HTTP
-MAX_BODY = 64 << 20  # bytes on the wire, and bytes after gzip inflation
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _inflate(raw: bytes, limit: int) -> bytes:
-    """gzip -> bytes, refusing (``_TooLarge``) to produce more than ``limit`` bytes."""
-    d = zlib.decompressobj(wbits=31)
-    out = d.decompress(raw, limit + 1)
-    if len(out) > limit or d.unconsumed_tail:
-        raise _TooLarge(f"the gzip body inflates past {limit} bytes")
-    if not d.eof:
-        raise ValueError("truncated gzip body")
-    if d.unused_data:
-        raise ValueError("data after the end of the gzip body")
-    return out
-
-
-def create_app(trainer: Trainer, max_body: int = MAX_BODY):
-    """Flask app factory; the trainer is the app's only state (``app.config['TRAINER']``).
-
-    Every /v1 route needs the trainer's token; posts must be JSON from no foreign origin (httpguard)."""
-    from flask import Flask, jsonify, request
-    from werkzeug.exceptions import HTTPException
-
-    app = Flask("omnidraft.trainer")
-    app.config["TRAINER"] = trainer
-    app.config["MAX_CONTENT_LENGTH"] = max_body
-
-    @app.before_request
-    def _guard():
-        refused = httpguard.refusal(request, ())
-        if refused is not None:
-            status, msg, code = refused
-            return jsonify(error=msg, code=code), status
-        if request.path.startswith("/v1/") and not httpguard.bearer_ok(request, trainer.token):
-            return jsonify(error="missing or invalid trainer token (send 'Authorization: Bearer TOKEN'; "
-                                 "see <state-dir>/token)", code="invalid_token"), 401
-        return None
-
-    @app.errorhandler(HTTPException)
-    def _http_error(e: HTTPException):
-        return jsonify(error=e.description or e.name, code=e.name.lower().replace(" ", "_")), e.code
-
-    @app.errorhandler(InvalidRecords)
-    def _invalid_records(e: InvalidRecords):
-        first = e.errors[0]
-        return jsonify(error=str(e), code=e.code, index=first["index"], id=first["id"], field=first["field"],
-                       errors=[{k: x[k] for k in ("index", "id", "field", "message")} for x in e.errors]), 400
-
-    @app.errorhandler(OmniDraftError)
-    def _typed_error(e: OmniDraftError):
-        return jsonify(error=str(e), code=type(e).__name__), e.http_status
-
-    @app.errorhandler(Exception)
-    def _internal(e: Exception):
-        log.exception("trainer HTTP handler failed")
-        return jsonify(error=f"internal error: {type(e).__name__}", code="internal_error"), 500
-
-    @app.post("/v1/records")
-    def records():
-        raw = request.get_data()
-        try:
-            if request.headers.get("Content-Encoding") == "gzip":
-                raw = _inflate(raw, max_body)
-            body = json.loads(raw)
-            recs = body["records"]
-            if not isinstance(recs, list):
-                raise ValueError("records must be a list")
-        except _TooLarge as e:
-            return jsonify(error=str(e), code="request_too_large"), 413
-        except RecursionError:
-            return jsonify(error="bad batch: JSON nested too deeply", code="invalid_json"), 400
-        except (OSError, ValueError, KeyError, TypeError, zlib.error) as e:
-            return jsonify(error=f"bad batch: {e}", code="invalid_json"), 400
-        return jsonify(trainer.receive(recs))
-
-    @app.get("/v1/status")
-    def status():
-        return jsonify(trainer.status())
-
-    return app
-
-
-def start_http(trainer: Trainer, host: str = "127.0.0.1", port: int = 0):
-    """Serve the app on a background thread; return (server, actual port).  ``server.shutdown()`` stops it."""
-    from werkzeug.serving import make_server
-
-    server = make_server(host, port, create_app(trainer), threaded=True)
-    threading.Thread(target=server.serve_forever, name="omnidraft-trainer-http", daemon=True).start()
-    return server, server.server_port
 
 
 def _finite(params) -> bool:
