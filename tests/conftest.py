@@ -73,7 +73,7 @@ def target_reference():
     """``reference_target_tokens`` memoised per (target engine, prompt tokens, sampling): the target alone's
     output is a pure function of these (it starts from a reset context), so tests that compare several
     methods or guards against the same prompt share one reference run instead of repeating it."""
-    from omnidraft.spec.generator import reference_target_tokens
+    from tests.reference import reference_target_tokens
 
     memo: dict = {}
 

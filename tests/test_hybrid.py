@@ -2,7 +2,8 @@
 the continuation, asks the model elsewhere, and its output is still the target alone's."""
 
 from omnidraft.spec.drafters import LookupFirstDrafter, PromptLookupDrafter
-from omnidraft.spec.generator import GenerationParams, reference_target_tokens
+from omnidraft.spec.generator import GenerationParams
+from tests.reference import reference_target_tokens
 
 # a prompt whose answer repeats its own text: lookup has something to propose, and the model the rest
 PROMPT = ("def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n\n"

@@ -3,7 +3,8 @@ exactly the target alone's with the same reuse."""
 
 from __future__ import annotations
 
-from omnidraft.spec.generator import GenerationParams, Generator, reference_target_tokens
+from omnidraft.spec.generator import GenerationParams, Generator
+from tests.reference import reference_target_tokens
 from omnidraft.spec.methods import make_drafter
 from omnidraft.spec.policy import PolicyConfig
 

@@ -159,10 +159,6 @@ def problems() -> list[str]:
     return out
 
 
-def is_suitable() -> bool:
-    return not problems()
-
-
 def sbq4_variant() -> int | None:
     """The small-batch kernel the installed build carries: 0 none, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI;
     None for a build without the patch."""
