@@ -146,7 +146,7 @@ def _trainer_cli(*args: str) -> list[str]:
 
 
 def _child_env() -> dict:
-    root = str(Path(__file__).resolve().parents[1])  # the directory holding this package
+    root = str(Path(__file__).resolve().parents[2])  # the directory holding this package (apps/ -> omnidraft/ -> it)
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
 
 

@@ -99,7 +99,7 @@ def cache_dir() -> Path:
 
 def model_path(spec: ModelSpec) -> Path:
     if spec.bundled:
-        return Path(__file__).resolve().parents[2] / spec.bundled
+        return Path(__file__).resolve().parents[3] / spec.bundled  # assets/ -> omnidraft/ -> backend/ -> repo
     return cache_dir() / "models" / spec.filename
 
 
