@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from omnidraft.assets import models
+from omnidraft.llama.engine import AUTO, KERNEL_CHOICES, KernelMode
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def register(sub) -> None:
         r.add_argument("--" + name.replace("_", "-"), type=kind, default=None, dest=name,
                        help=f"{helptext} (default: from the preset)")
     r.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
-    r.add_argument("--kernels", default="auto", choices=("auto", "exact", "fast"),
+    r.add_argument("--kernels", default=AUTO, choices=KERNEL_CHOICES,
                    help="target kernel mode (auto: the fastest one allowed to verify; see README)")
     r.add_argument("--peer", action=argparse.BooleanOptionalAction, default=False,
                    help="also run plain llama-cpp-python (Llama.create_completion, its default settings) on "
@@ -229,8 +230,8 @@ def _cmd_kernels(args) -> int:
     rows = []
     for target in _csv(args.targets):
         path = models.resolve(target)
-        for mode in ("exact", "fast"):
-            cfg = EngineConfig(n_ctx=2048, n_threads=args.threads, batch_invariant=(mode == "exact"))
+        for mode in KernelMode:
+            cfg = EngineConfig(n_ctx=2048, n_threads=args.threads, batch_invariant=mode.batch_invariant)
             with Engine(path, cfg) as e:
                 fid = invariance.measure(e, prefixes=prefixes)
             plan = invariance.plan_for(fid)

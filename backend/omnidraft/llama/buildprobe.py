@@ -175,7 +175,7 @@ def _inject_fault(kind: str) -> None:
 
 def run_modes(model: Path, threads: int, n_gpu_layers: int = 0) -> dict:
     """In this process: logits of one-token and batched decoding in both modes (what the child does)."""
-    from .engine import Engine, EngineConfig
+    from .engine import Engine, EngineConfig, KernelMode
 
     from .build import sbq4_active
 
@@ -184,11 +184,11 @@ def run_modes(model: Path, threads: int, n_gpu_layers: int = 0) -> dict:
     prefix, seq = ids[:PREFIX], ids[PREFIX:PREFIX + MAX_BATCH]
     out: dict = {"threads": threads, "gpu_layers": n_gpu_layers, "modes": {},
                  "sbq4": sbq4_active() if not n_gpu_layers else 0}
-    for mode in ("exact", "fast"):
-        eng = Engine(model, EngineConfig(n_ctx=256, n_threads=threads, batch_invariant=(mode == "exact"),
+    for mode in KernelMode:
+        eng = Engine(model, EngineConfig(n_ctx=256, n_threads=threads, batch_invariant=mode.batch_invariant,
                                          n_gpu_layers=n_gpu_layers))
         try:
-            if fault == "sigill" and mode == "fast":
+            if fault == "sigill" and mode is KernelMode.FAST:
                 _inject_fault(fault)
             eng.decode(prefix, "none")
             single = np.stack([eng.decode([t], "last")[0].copy() for t in seq])
@@ -198,9 +198,9 @@ def run_modes(model: Path, threads: int, n_gpu_layers: int = 0) -> dict:
                 batches.append(np.asarray(eng.decode(seq[:n], "all"), dtype=np.float32).copy())
         finally:
             eng.close()
-        if fault == "wrong" and mode == "fast":
+        if fault == "wrong" and mode is KernelMode.FAST:
             batches[-1][3] += 5.0 * batches[-1][3].std()
-        if fault == "drift" and mode == "fast":  # within tolerance, but no longer bit-identical
+        if fault == "drift" and mode is KernelMode.FAST:  # within tolerance, but no longer bit-identical
             batches[-1][3] += 1e-3 * batches[-1][3].std()
         out["modes"][mode] = {"single": single.tolist(), "batches": [b.tolist() for b in batches]}
     return out

@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Sequence
 
@@ -31,6 +32,21 @@ log = logging.getLogger(__name__)
 _SPECIAL_ATTRS = (
     llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN | llama_cpp.LLAMA_TOKEN_ATTR_UNUSED
 )
+
+
+class KernelMode(StrEnum):
+    """How llama.cpp computes the target's batches (a str: the names in caches, JSON and flags)."""
+
+    EXACT = "exact"  # batch-invariant: plain weights, f32 KV cache
+    FAST = "fast"    # repacked weights where the build has them, f16 KV cache
+
+    @property
+    def batch_invariant(self) -> bool:
+        return self is KernelMode.EXACT
+
+
+AUTO = "auto"  # the kernels setting that measures both modes and keeps the faster one allowed to verify
+KERNEL_CHOICES = (AUTO, *KernelMode)
 
 
 @dataclass
@@ -53,9 +69,9 @@ class EngineConfig:
         return n, self.n_threads_batch or n
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> "KernelMode":
         """Kernel mode: ``exact`` (batch-invariant) or ``fast`` (repacked weights, f16 KV)."""
-        return "exact" if self.batch_invariant else "fast"
+        return KernelMode.EXACT if self.batch_invariant else KernelMode.FAST
 
 
 def check_gguf_header(path: Path) -> None:

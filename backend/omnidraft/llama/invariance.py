@@ -28,7 +28,7 @@ import numpy as np
 
 import llama_cpp
 
-from .engine import Engine
+from .engine import AUTO, Engine, EngineConfig, KernelMode
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def cached_measure(engine: Engine, cache_file: Path | None, max_n: int = 8) -> F
 
 def plan_for(fid: Fidelity, max_n: int = 8) -> VerifyPlan | None:
     """The verification plan a measured mode allows, or None if it must never verify."""
-    if fid.max_identical >= 2 or fid.mode == "exact":
+    if fid.max_identical >= 2 or fid.mode == KernelMode.EXACT:
         return VerifyPlan(fid.mode, max(1, fid.max_identical))
     if fid.flips == 0 and fid.bound <= GUARD_MAX_BOUND:
         return VerifyPlan(fid.mode, max_n, fid.bound, GUARD_SAFETY * max(fid.bound, 1e-7))
@@ -179,3 +179,40 @@ def score(fid: Fidelity, plan: VerifyPlan, acceptance: float = 0.6, draft_cost: 
 def probe(engine: Engine, max_n: int = 8) -> int:
     """Largest n <= max_n whose batch rows are all bit-identical to one-token decoding (no timing)."""
     return measure(engine, max_n, timing=False).max_identical
+
+
+def load_target(path: Path, n_ctx: int, threads: int, kernels: str, cache: Path) -> tuple[Engine, VerifyPlan]:
+    """The target in the kernel mode that serves fastest while verifying as allowed, and its plan.
+
+    Each mode's fidelity and pass times are measured once per file, build and threads (cached in
+    ``cache``).  ``auto`` keeps ``fast`` only where its plan is allowed (bit-identical rows, or
+    a tiny bound with the near-tie guard; never Q4_K_M-like argmax flips) and it scores better than
+    ``exact`` (``score``: tokens/s at a nominal acceptance); later starts load the chosen mode directly."""
+    cfg = {m: EngineConfig(n_ctx=n_ctx, n_threads=threads, batch_invariant=m.batch_invariant) for m in KernelMode}
+    modes = list(KernelMode) if kernels == AUTO else [KernelMode(kernels)]
+    fids = {m: lookup(path, cfg[m], m, cache) for m in modes}
+    engines: dict[KernelMode, Engine] = {}
+    try:
+        for m in modes:
+            if fids[m] is None:
+                engines[m] = Engine(path, cfg[m])
+                fids[m] = cached_measure(engines[m], cache)
+                if len(modes) > 1:
+                    engines.pop(m).close()  # one model in memory at a time
+        plans = {m: plan_for(fids[m]) for m in modes}
+        allowed = [m for m in modes if plans[m] is not None]
+        if allowed:
+            mode = max(allowed, key=lambda m: score(fids[m], plans[m]))
+        else:  # only 'fast' was asked for, and it may not verify
+            fast = fids[KernelMode.FAST]
+            log.warning("fast kernels change %s's decisions (%d argmax flips, max |difference| %.3g): using exact",
+                        path.name, fast.flips, fast.bound)
+            mode = KernelMode.EXACT
+        engine = engines.pop(mode, None) or Engine(path, cfg[mode])
+        plan = plans.get(mode) or plan_for(cached_measure(engine, cache))
+    finally:
+        for e in engines.values():
+            e.close()
+    log.info("target %s: %s kernels, verification batches of up to %d%s", path.name, mode, plan.max_batch,
+             f", near-tie guard {plan.guard:.2g}" if plan.guard else " (bit-identical)")
+    return engine, plan

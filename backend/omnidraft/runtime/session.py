@@ -13,11 +13,10 @@ from pathlib import Path
 from omnidraft.llama import costmodel
 from omnidraft.assets import models
 from omnidraft.llama.costmodel import CostModel
-from omnidraft.llama.engine import Engine, EngineConfig
+from omnidraft.llama.engine import AUTO, KERNEL_CHOICES, Engine, EngineConfig
 from omnidraft.errors import BadRequest
 from omnidraft.spec.generator import Generator
 from omnidraft.llama import invariance
-from omnidraft.llama.invariance import VerifyPlan
 from omnidraft.spec.methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make_drafter
 from omnidraft.vocab.ngram_cache import NGramCache, cache_filename
 from omnidraft.spec.policy import DraftPolicy, PolicyConfig, seeded_policy
@@ -41,7 +40,7 @@ class Settings:
     n_ctx: int = field(default=4096, metadata={"help": "context window of the target (tokens)"})
     draft_n_ctx: int = field(default=4096, metadata={"help": "context window of the drafter (tokens)"})
     threads: int = field(default=0, metadata={"help": "CPU threads (0 = all cores)"})
-    kernels: str = field(default="auto", metadata={
+    kernels: str = field(default=AUTO, metadata={
         "help": "target kernels: exact (batch-invariant) | fast (repacked weights, f16 KV: verified only where "
                 "measured bit-identical, or with a near-tie guard) | auto (fast where allowed, else exact)"})
     ngram_budget_kb: int = field(default=4096, metadata={"help": "n-gram cache byte budget (KiB)"})
@@ -56,45 +55,6 @@ class Settings:
 MAX_POLICIES = 32  # (method, policy, k) combinations a long-running server keeps learning in
 
 
-def load_target(path: Path, settings: Settings, state_dir: Path) -> tuple[Engine, VerifyPlan]:
-    """The target in the kernel mode that serves fastest while verifying as allowed, and its plan.
-
-    Each mode's fidelity and pass times are measured once per file, build and threads (cached in
-    invariance.json).  ``auto`` keeps ``fast`` only where its plan is allowed (bit-identical rows, or
-    a tiny bound with the near-tie guard; never Q4_K_M-like argmax flips) and it scores better than
-    ``exact`` (``invariance.score``: tokens/s at a nominal acceptance); later starts load the chosen
-    mode directly."""
-    cache = state_dir / "invariance.json"
-    cfg = {m: EngineConfig(n_ctx=settings.n_ctx, n_threads=settings.threads, batch_invariant=(m == "exact"))
-           for m in ("exact", "fast")}
-    modes = ["exact", "fast"] if settings.kernels == "auto" else [settings.kernels]
-    fids = {m: invariance.lookup(path, cfg[m], m, cache) for m in modes}
-    engines: dict[str, Engine] = {}
-    try:
-        for m in modes:
-            if fids[m] is None:
-                engines[m] = Engine(path, cfg[m])
-                fids[m] = invariance.cached_measure(engines[m], cache)
-                if len(modes) > 1:
-                    engines.pop(m).close()  # one model in memory at a time
-        plans = {m: invariance.plan_for(fids[m]) for m in modes}
-        allowed = [m for m in modes if plans[m] is not None]
-        if allowed:
-            mode = max(allowed, key=lambda m: invariance.score(fids[m], plans[m]))
-        else:  # only 'fast' was asked for, and it may not verify
-            log.warning("fast kernels change %s's decisions (%d argmax flips, max |difference| %.3g): using exact",
-                        path.name, fids["fast"].flips, fids["fast"].bound)
-            mode = "exact"
-        engine = engines.pop(mode, None) or Engine(path, cfg[mode])
-        plan = plans.get(mode) or invariance.plan_for(invariance.cached_measure(engine, cache))
-    finally:
-        for e in engines.values():
-            e.close()
-    log.info("target %s: %s kernels, verification batches of up to %d%s", path.name, mode, plan.max_batch,
-             f", near-tie guard {plan.guard:.2g}" if plan.guard else " (bit-identical)")
-    return engine, plan
-
-
 class Session:
     """A loaded target (+ drafter) and the per-pair state that outlives requests."""
 
@@ -103,14 +63,16 @@ class Session:
             raise BadRequest(f"unknown method {settings.method!r}; choose from {', '.join(METHODS)}")
         self.settings = settings
         self.state_dir = Path(settings.state_dir) if settings.state_dir else models.cache_dir() / "state"
-        if settings.kernels not in ("auto", "exact", "fast"):
+        if settings.kernels not in KERNEL_CHOICES:
             raise BadRequest(f"kernels must be auto, exact or fast, not {settings.kernels!r}")
         self.draft: Engine | None = None
         self.pair: PairContext | None = None
         self.drafter_version = "base"  # "base" = the drafter named in settings
         self.registry = None  # anything with current() -> (version, path) | None: see maybe_swap()
         self._bad_versions: set[str] = set()
-        self.target, self.plan = load_target(models.resolve(settings.target), settings, self.state_dir)
+        self.target, self.plan = invariance.load_target(models.resolve(settings.target), settings.n_ctx,
+                                                        settings.threads, settings.kernels,
+                                                        self.state_dir / "invariance.json")
         self.max_verify_batch = self.plan.max_batch
         self._policies: dict[tuple, DraftPolicy] = {}  # (method, policy, k, p_min) -> policy; least recent first
         self._predictors: dict[str, AcceptancePredictor] = {}  # method -> what its policies learn acceptance with
