@@ -1,4 +1,4 @@
-"""The small sweep behind ``omnidraft adapt``'s defaults (BENCHMARKS.md section 2): lr x update interval.
+"""The small sweep behind ``omnidraft adapt``'s defaults (docs/BENCHMARKS-HISTORY.md section 2): lr x update interval.
 
 One target session for the whole sweep.  The stream's records are generated once (greedy: the target's
 text, and so every record's training signal, is the same whichever drafter drafted it), and every

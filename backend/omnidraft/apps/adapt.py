@@ -18,8 +18,8 @@ The held-out evaluation measures the drafter, nothing else:
   quantization -> the same check), separates the training's gain from the re-quantization's;
 * a point with fewer than ``rates.MIN_DRAFTED`` drafted tokens is flagged and not plotted as a rate.
 
-Defaults are the settings measured to raise the held-out curve on a 2-core machine (BENCHMARKS.md
-section 2 has the sweep they come from).  The drafter is ``--draft`` (the usual settings' default).
+Defaults are the settings measured to raise the held-out curve on a 2-core machine
+(docs/BENCHMARKS-HISTORY.md section 2 has the sweep they come from).  The drafter is ``--draft`` (the usual settings' default).
 """
 
 from __future__ import annotations

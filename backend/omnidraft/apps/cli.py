@@ -198,7 +198,7 @@ def _add_adapt(sub) -> None:
                                    "fixed held-out slice (drafting --eval-k tokens per step) after each update, "
                                    "beside a control (the untrained drafter re-exported the same way); writes "
                                    "adapt.json and adapt.png.",
-                       epilog="Example: omnidraft adapt --threads 2   (defaults: BENCHMARKS.md section 2)")
+                       epilog="Example: omnidraft adapt --threads 2   (defaults: docs/BENCHMARKS-HISTORY.md section 2)")
     from .adapt import AdaptConfig
 
     add_dataclass_args(a, AdaptConfig)
