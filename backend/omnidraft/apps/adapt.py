@@ -119,7 +119,7 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
     pair.cache = copy.deepcopy(ngram if ngram is not None else session.pair.cache)
     # the session's target, verification limits and method, drafting k a step: not the session's policy
     gen = session.compose(session.settings.method, pair, DraftPolicy(PolicyConfig(name="fixed", k=k)))
-    k_run = min(k, gen.max_verify_batch - 1)  # the target verifies at most max_verify_batch rows per pass
+    k_run = min(k, gen.max_draft)
     acc = prop = drafted = toks = passes = 0
     lengths: dict[int, int] = {}  # drafter tokens per step -> steps
     t0 = time.perf_counter()

@@ -256,16 +256,22 @@ class Generator:
         yield from text.finish()
         stats.completion_tokens = len(out)
         stats.total_s = time.perf_counter() - t0
-        stats.policy_note = self.policy.note(self.max_verify_batch - 1) if self.drafter is not None \
+        stats.policy_note = self.policy.note(self.max_draft) if self.drafter is not None \
             else "no drafter, the target ran alone"
         yield Final(text.text, out, finish, stats, steps, [lp for _, lp in text.released])
+
+    @property
+    def max_draft(self) -> int:
+        """The draft-length cap: a target pass verifies the last token and the drafts, at most
+        ``max_verify_batch`` rows (the policy caps again at its own k, ``DraftPolicy.cap``)."""
+        return self.max_verify_batch - 1
 
     def _step(self, t_prev: int, n_out: int, max_new: int, params: GenerationParams, sp: SamplingParams,
               uniforms: np.ndarray, rng: np.random.Generator) -> tuple[StepRecord, list[int]]:
         """One speculative step: draft -> verify in one target pass -> guard -> rollback -> observe -> record."""
         t = self.target
         s0 = time.perf_counter()
-        limit = min(max_new - n_out - 1, t.n_ctx - t.n_past - 2, self.max_verify_batch - 1)
+        limit = min(max_new - n_out - 1, t.n_ctx - t.n_past - 2, self.max_draft)
         draft = self._draft(limit)
         cands = draft.candidates.truncate(limit)
         v0 = time.perf_counter()

@@ -113,9 +113,13 @@ class DraftPolicy:
         self.chosen: collections.deque[int] = collections.deque(maxlen=4096)  # recent draft lengths only
 
     # ------------------------------------------------------------- decisions
+    def cap(self, limit: int) -> int:
+        """The longest draft this step may have: the policy's k within the generator's ``limit``."""
+        return min(self.cfg.k, limit)
+
     def choose_k(self, limit: int) -> int:
         self.steps += 1
-        k = min(self.cfg.k, limit)
+        k = self.cap(limit)
         if self.cfg.name != "cost" or k <= 0 or not self._calibrated():
             return max(k, 0)
         if self.ceiling(k) < 1.0:
@@ -158,7 +162,7 @@ class DraftPolicy:
 
     def note(self, limit: int) -> str:
         """Why this policy drafts or not, in words, from what it knows now (for the summary line)."""
-        k = min(self.cfg.k, limit)
+        k = self.cap(limit)
         if k <= 0:
             return "no room to draft (draft length 0)"
         if self.cfg.name != "cost":
