@@ -1,7 +1,7 @@
 """omnidraft: one small cross-vocabulary drafter for on-device speculative decoding.
 
-Layers (data flows one way): models -> engine -> vocab_bridge / ngram_cache ->
-translator -> verifier -> generator -> server / cli; generator -> records -> trainer.
+Layers, one folder each (docs/ARCHITECTURE.md): llama, vocab -> spec, assets -> online -> runtime ->
+server | trainer -> bench -> distill -> apps; the package's own modules (errors, seq, ...) under them all.
 """
 
 __version__ = "0.1.0"
