@@ -21,9 +21,6 @@ from typing import Callable
 from omnidraft.llama.costmodel import CostModel, speedup
 from .predictor import AcceptancePredictor, DraftFeatures
 
-POLICIES = ("fixed", "threshold", "gamma", "cost")
-
-
 @dataclass
 class PolicyConfig:
     name: str = field(default="cost", metadata={"help": "fixed | threshold | gamma | cost"})
@@ -55,22 +52,23 @@ class StopRule:
     def __init__(self, cfg: PolicyConfig, predict: Callable[[DraftFeatures], float], t_verify: tuple[float, ...],
                  timed: tuple[bool, ...], t_draft: float):
         self.cfg, self.predict, self.t_verify, self.timed, self.t_draft = cfg, predict, t_verify, timed, t_draft
+        self.rule = RULES[cfg.name]
         self.reach = 1.0  # prod of predicted P_i over the tokens drafted so far in this step
         self.expected = 1.0  # 1 + sum of reaches: expected target tokens of this step
 
     def keep_going(self, depth: int, f: DraftFeatures) -> bool:
         """After drafting the token at ``depth`` (0-based): draft another one?"""
-        name = self.cfg.name
-        if name == "fixed":
-            return True
-        if name == "threshold":
-            return f.p_top1 >= self.cfg.p_min
+        return self.rule.keep_going(self, depth, f)
+
+    def advance(self, f: DraftFeatures) -> float:
+        """Take in one more drafted token's predicted acceptance; return it."""
         p = self.predict(f)
         self.reach *= p
         self.expected += self.reach
-        if name == "gamma":
-            return 1.0 - self.reach <= self.cfg.gamma
-        # cost: does drafting on (each further token assumed as likely as this one) beat stopping here?
+        return p
+
+    def drafting_pays(self, depth: int, p: float, f: DraftFeatures) -> bool:
+        """Does drafting on (each further token assumed as likely as this one, ``p``) beat stopping here?"""
         # Every longer timed length is compared, not just the next: T_verify(n) need not grow with n (the
         # repacked Q4_0 GEMM makes a 4-token pass cheaper than a 3-token one), and a one-step look would
         # stop before the cheap size.
@@ -87,6 +85,61 @@ class StopRule:
             if tokens / (self.t_verify[m + 1] + m * self.t_draft) > now:
                 return True
         return False
+
+
+class Rule:
+    """One draft-length rule: when a step stops drafting early (``keep_going``), how long a step may be
+    (``choose_k``) and why, in words (``note``).  The four register by name in ``RULES``; a policy looks its
+    rule up by ``cfg.name`` at each use."""
+
+    seeded_with_costs = False  # whether the policy starts from the session's measured cost model
+
+    def keep_going(self, stop: StopRule, depth: int, f: DraftFeatures) -> bool:
+        return True
+
+    def choose_k(self, policy: "DraftPolicy", k: int) -> int:
+        return max(k, 0)
+
+    def note(self, policy: "DraftPolicy", k: int) -> str:
+        return f"the {policy.cfg.name} policy drafts up to {k} tokens every step"
+
+
+class Fixed(Rule):
+    """Always k (stopping early only at an end-of-generation token)."""
+
+
+class Threshold(Rule):
+    """Up to k, stopping when the drafter's top-1 probability falls below p_min."""
+
+    def keep_going(self, stop: StopRule, depth: int, f: DraftFeatures) -> bool:
+        return f.p_top1 >= stop.cfg.p_min
+
+
+class Gamma(Rule):
+    """The paper's rule: stop when 1 - prod(P_i) > gamma."""
+
+    def keep_going(self, stop: StopRule, depth: int, f: DraftFeatures) -> bool:
+        stop.advance(f)
+        return 1.0 - stop.reach <= stop.cfg.gamma
+
+
+class Cost(Rule):
+    """Keep drafting while one more token raises the expected tokens per second; choose k likewise."""
+
+    seeded_with_costs = True
+
+    def keep_going(self, stop: StopRule, depth: int, f: DraftFeatures) -> bool:
+        return stop.drafting_pays(depth, stop.advance(f), f)
+
+    def choose_k(self, policy: "DraftPolicy", k: int) -> int:
+        return policy.choose_by_cost(k)
+
+    def note(self, policy: "DraftPolicy", k: int) -> str:
+        return policy.cost_note(k)
+
+
+RULES: dict[str, Rule] = {"fixed": Fixed(), "threshold": Threshold(), "gamma": Gamma(), "cost": Cost()}
+POLICIES = tuple(RULES)
 
 
 class DraftPolicy:
@@ -117,10 +170,17 @@ class DraftPolicy:
         """The longest draft this step may have: the policy's k within the generator's ``limit``."""
         return min(self.cfg.k, limit)
 
+    @property
+    def rule(self) -> Rule:
+        return RULES[self.cfg.name]
+
     def choose_k(self, limit: int) -> int:
         self.steps += 1
-        k = self.cap(limit)
-        if self.cfg.name != "cost" or k <= 0 or not self._calibrated():
+        return self.rule.choose_k(self, self.cap(limit))
+
+    def choose_by_cost(self, k: int) -> int:
+        """The cost rule's draft length: the fastest predicted, probing now and then when none pays."""
+        if k <= 0 or not self._calibrated():
             return max(k, 0)
         if self.ceiling(k) < 1.0:
             return 0  # even if every drafted token were accepted, this machine would be slower: never probe
@@ -165,8 +225,10 @@ class DraftPolicy:
         k = self.cap(limit)
         if k <= 0:
             return "no room to draft (draft length 0)"
-        if self.cfg.name != "cost":
-            return f"the {self.cfg.name} policy drafts up to {k} tokens every step"
+        return self.rule.note(self, k)
+
+    def cost_note(self, k: int) -> str:
+        """The cost rule's note: what its timings and acceptance predicted."""
         timed = [n for n in range(1, k + 1) if self.n_verify[n + 1]]
         if not self._calibrated() or not timed:
             return "the cost policy had no timings yet: it drafted to measure them"
@@ -240,7 +302,7 @@ def seeded_policy(cfg: PolicyConfig, method: str, costs: Callable[[], CostModel]
     """A policy for ``method``; the cost policy of a drafting method starts from ``costs()`` (called only
     then), with free drafting for prompt lookup."""
     policy = DraftPolicy(cfg, predictor)
-    if cfg.name == "cost" and method != "target":
+    if RULES[cfg.name].seeded_with_costs and method != "target":
         cm = costs()
         policy.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
     return policy
