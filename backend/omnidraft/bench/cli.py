@@ -21,12 +21,12 @@ log = logging.getLogger(__name__)
 METHODS_DEFAULT = "target,prompt-lookup,tli,slem,omnidraft"
 PRESETS = {
     # small: the slice that reproduces BENCHMARKS.md in about 20 minutes on a 2-core machine
-    "small": dict(targets="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b", sets="humaneval,stdlib-code", n=3,
+    "small": dict(targets=f"{models.QWEN_05B},{models.QWEN_15B}", sets="humaneval,stdlib-code", n=3,
                   max_tokens=48, ks="1,2,4,6", methods=METHODS_DEFAULT + ",same-vocab", adaptive=True,
-                  sampled=False, same_vocab="qwen2.5-coder-0.5b"),
-    "full": dict(targets="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b", sets="humaneval,stdlib-code,docs", n=20,
+                  sampled=False, same_vocab=models.QWEN_05B),
+    "full": dict(targets=f"{models.QWEN_05B},{models.QWEN_15B}", sets="humaneval,stdlib-code,docs", n=20,
                  max_tokens=128, ks="1,2,3,4,5,6", methods=METHODS_DEFAULT + ",same-vocab", adaptive=True,
-                 sampled=True, same_vocab="qwen2.5-coder-0.5b"),
+                 sampled=True, same_vocab=models.QWEN_05B),
 }
 
 
@@ -61,7 +61,7 @@ def register(sub) -> None:
                        description="For each target file and kernel mode: how far batched logits (2..8 rows) stray "
                                    "from one-token decoding over many positions (largest bit-identical batch, max "
                                    "|difference|, argmax flips), T(n)/T(1), and the verification plan it allows.")
-    kk.add_argument("--targets", default="qwen2.5-coder-0.5b,qwen2.5-coder-0.5b:q4_0",
+    kk.add_argument("--targets", default=f"{models.QWEN_05B},{models.QWEN_05B}:q4_0",
                     help="comma-separated targets (NAME:q4_0 = requantized copy, made on first use)")
     kk.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
     kk.add_argument("--prefixes", default="37,64,100,150,200,250,300,400,500,700",
@@ -80,7 +80,7 @@ def register(sub) -> None:
                       description="Times target passes of n = 1..8 tokens and one drafter token, for each "
                                   "quantization (re-quantized from the shipped file with `omnidraft gguf "
                                   "quantize`) and thread count, and prints the speedup ceiling at 100 % acceptance.")
-    c.add_argument("--target", default="qwen2.5-coder-0.5b", help="target model")
+    c.add_argument("--target", default=models.QWEN_05B, help="target model")
     c.add_argument("--draft", default=models.DEFAULT_DRAFT, help="drafter model")
     c.add_argument("--quants", default="q4_k_m,q4_0,q8_0", help="target quantizations to sweep")
     c.add_argument("--threads-list", default="1,2", help="thread counts to sweep")
@@ -110,8 +110,8 @@ def register(sub) -> None:
                       description="Runs Hugging Face transformers' assisted generation (assistant_model + "
                                   "assistant_tokenizer) on the same GGUF models (dequantized) and prompts as ours "
                                   "(slem, omnidraft) at the same draft length. Compares tau, not wall time.")
-    q.add_argument("--target", default="qwen2.5-coder-0.5b", help="target model")
-    q.add_argument("--draft", default="smollm2-135m", help="drafter model")
+    q.add_argument("--target", default=models.QWEN_05B, help="target model")
+    q.add_argument("--draft", default=models.SMOLLM2, help="drafter model")
     q.add_argument("--set", default="humaneval", help="prompt set (held-out split)")
     q.add_argument("--n", type=int, default=4, help="prompts")
     q.add_argument("--max-tokens", type=int, default=32, help="tokens per prompt")

@@ -22,10 +22,12 @@ import sys
 import time
 from pathlib import Path
 
+from omnidraft.assets import models
+
 log = logging.getLogger(__name__)
 
-DEFAULT_MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma3-270m")
-DRAFTER = "smollm2-135m"
+DEFAULT_MODELS = (models.SMOLLM2, models.QWEN_05B, models.QWEN_15B, models.GEMMA3)
+DRAFTER = models.SMOLLM2
 
 
 def machine_info() -> dict:

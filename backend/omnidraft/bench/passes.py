@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from statistics import median
 
+from omnidraft.assets import models
+
 log = logging.getLogger(__name__)
 
 MAX_N = 8
@@ -127,7 +129,7 @@ def plot(data: dict, path: Path) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--targets", default="qwen2.5-coder-1.5b:q4_0_pure,qwen2.5-coder-1.5b:q4_0",
+    p.add_argument("--targets", default=f"{models.QWEN_15B}:q4_0_pure,{models.QWEN_15B}:q4_0",
                    help="comma-separated targets (NAME:QTYPE = requantized copy, made on first use)")
     p.add_argument("--threads-list", default="1,2", help="comma-separated thread counts")
     p.add_argument("--kernels", default="sbq4,ggml", help="comma-separated: sbq4, ggml, upstream")

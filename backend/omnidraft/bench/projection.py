@@ -24,11 +24,12 @@ import json
 import logging
 from pathlib import Path
 
+from omnidraft.assets import models
 from omnidraft.llama.costmodel import predicted_time, speedup, t_of
 
 log = logging.getLogger(__name__)
 
-DRAFTER = "smollm2-135m"
+DRAFTER = models.SMOLLM2
 TOLERANCE = 0.10
 
 

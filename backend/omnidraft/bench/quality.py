@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m omnidraft.bench.quality", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--targets", default="qwen2.5-coder-0.5b,qwen2.5-coder-0.5b:q4_0")
+    p.add_argument("--targets", default=f"{models.QWEN_05B},{models.QWEN_05B}:q4_0")
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--max-chars", type=int, default=16_000, help="held-out text to score (about 4 chars a token)")
     p.add_argument("--threads", type=int, default=0)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from omnidraft.assets import models
 from omnidraft.cliutil import add_dataclass_args, dataclass_from_args
 
 from . import dist
@@ -40,7 +41,7 @@ class ExportConfig:
     """GGUF + llama.cpp check of trained layer choices, and the plot."""
 
     trained: str = field(default=".distill/trained", metadata={"help": "directory of `distill train` outputs"})
-    draft_gguf: str = field(default="smollm2-135m", metadata={"help": "the drafter that was cut"})
+    draft_gguf: str = field(default=models.SMOLLM2, metadata={"help": "the drafter that was cut"})
     choices: str = field(default="first8", metadata={"help": "comma-separated layer choices to export"})
     qtype: str = field(default="q8_0", metadata={"help": "quantization of the trained layers"})
     embed_type: str = field(default="q4_1", metadata={"help": "quantization of the embedding/head ('' = qtype)"})
@@ -68,7 +69,7 @@ def export_choices(cfg: ExportConfig) -> None:
     for choice in [c for c in cfg.choices.split(",") if c]:
         d = Path(cfg.trained) / choice
         hists[choice] = json.loads((d / "history.json").read_text())
-        out = Path(cfg.out) / f"smollm2-135m-{choice}-qwen.gguf"
+        out = Path(cfg.out) / f"{models.SMOLLM2}-{choice}-qwen.gguf"
         rows[choice] = export(cfg.draft_gguf, hists[choice]["layers"], d, out, cfg.qtype, cfg.embed_type or None)
         print(choice, json.dumps(rows[choice]))
     res = Path(cfg.results)

@@ -24,6 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
+from omnidraft.assets import models
 from omnidraft.assets.corpora import first_user_turns
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,8 @@ def target_encoding(target, draft, bridge) -> tuple[np.ndarray, np.ndarray, np.n
 class PrepConfig:
     """What ``omnidraft distill data`` writes: token ids of both sides and the alignment, no teacher yet."""
 
-    target: str = field(default="qwen2.5-coder-0.5b", metadata={"help": "teacher (its tokenizer is used here)"})
-    draft: str = field(default="smollm2-135m", metadata={"help": "drafter whose vocabulary the data is aligned to"})
+    target: str = field(default=models.QWEN_05B, metadata={"help": "teacher (its tokenizer is used here)"})
+    draft: str = field(default=models.SMOLLM2, metadata={"help": "drafter whose vocabulary the data is aligned to"})
     out: str = field(default=".distill/texts.npz", metadata={"help": "output npz"})
     seed: int = field(default=0, metadata={"help": "seed of every choice (files, cuts, split)"})
     code: int = field(default=95000, metadata={"help": "teacher-forced Python windows"})

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from omnidraft.assets import models
+
 log = logging.getLogger(__name__)
 
 
@@ -174,7 +176,7 @@ def write_summary(res: dict, out: Path, k: int = 4) -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--drafts", required=True, help="comma-separated drafter names or GGUF paths")
-    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--target", default=models.QWEN_05B)
     ap.add_argument("--sets", default="humaneval,stubs,code-other,chat,chat-fresh,nl",
                     help="prompt sets (bench.prompts); each contributes its first --n held-out items")
     ap.add_argument("--n", type=int, default=4, help="held-out prompts per set")

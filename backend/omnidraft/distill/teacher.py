@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from omnidraft.assets import models
 from . import dist
 from .data import PAD, batches, read_meta
 from .dist import Dist
@@ -135,7 +136,7 @@ class TeacherConfig:
     """The target's part: its continuations and its top-k at every directly mapped drafter position."""
 
     texts: str = field(default=".distill/texts.npz", metadata={"help": "output of `distill data`"})
-    target_gguf: str = field(default="qwen2.5-coder-0.5b", metadata={"help": "teacher model (name or GGUF path)"})
+    target_gguf: str = field(default=models.QWEN_05B, metadata={"help": "teacher model (name or GGUF path)"})
     out: str = field(default=".distill/data.npz", metadata={"help": "training data npz"})
     device: str = field(default="cpu", metadata={"help": "torch device (cpu, cuda)"})
     topk: int = field(default=16, metadata={"help": "target probabilities kept per position"})

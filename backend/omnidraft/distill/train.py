@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from omnidraft.assets import models
 from . import dist
 from .cut import load_cut, save_trained
 from .data import PAD, batches, read_meta
@@ -35,7 +36,7 @@ class TrainConfig:
     """Which layers to keep and how to train them."""
 
     data: str = field(default=".distill/data.npz", metadata={"help": "output of `distill teacher`"})
-    draft_gguf: str = field(default="smollm2-135m", metadata={"help": "the drafter to cut (name or GGUF path)"})
+    draft_gguf: str = field(default=models.SMOLLM2, metadata={"help": "the drafter to cut (name or GGUF path)"})
     layers: str = field(default="first8", metadata={"help": "firstN, spreadN or a comma list of layer indices"})
     out: str = field(default=".distill/trained", metadata={"help": "directory for the trained tensors"})
     device: str = field(default="cpu", metadata={"help": "torch device (cpu, cuda)"})
