@@ -12,7 +12,8 @@ from omnidraft.distill.cut import save_trained
 from omnidraft.distill.data import PAD, slots
 from omnidraft.distill.export import export
 from omnidraft.distill.teacher import continuation_alignment, map_topk
-from omnidraft.distill.train import Data, TrainConfig, parse_layers, train
+from omnidraft.distill.dist import Dist
+from omnidraft.distill.train import Data, TrainConfig, _progress, parse_layers, train
 from tests.gguf_helpers import tiny_gguf
 
 
@@ -139,3 +140,16 @@ def test_training_stops_at_max_steps(tiny_llama, tmp_path):
                       epochs=30, batch_tokens=160, max_steps=7, eval_every=1000, train_embeddings=False)
     hist = train(cfg, progress=False)
     assert hist["steps"] > 7 and hist["train"][-1]["step"] == 7 and hist["val"][-1]["step"] == 7
+
+
+def test_time_limit_anneals_the_learning_rate_to_zero():
+    """Under max_minutes the cosine runs on the larger of the step share and the time share: a run cut by its
+    time limit ends at rate 0 instead of stopping mid-schedule."""
+    import time
+
+    now = time.perf_counter()
+    assert _progress(TrainConfig(), 25, 100, now - 1e6, Dist()) == 0.25  # no limit: the steps alone
+    timed = TrainConfig(max_minutes=1.0)
+    assert _progress(timed, 25, 100, now - 45, Dist()) == pytest.approx(0.75, abs=0.01)  # time ahead of steps
+    assert _progress(timed, 90, 100, now - 6, Dist()) == pytest.approx(0.9)  # steps ahead of time
+    assert _progress(timed, 1, 100, now - 120, Dist()) == 1.0  # out of time: the loop stops, rate 0

@@ -217,7 +217,10 @@ def _teacher(cfg: TeacherConfig, d: Dist, progress: bool) -> dict:
     import torch
 
     t0 = time.perf_counter()
-    z = np.load(cfg.texts)
+    # read every array once: an NpzFile decompresses an array again at each z[key], and the loops below
+    # index some of them per continuation (224,000 reads took 4 minutes a rank, most of a teacher run)
+    with np.load(cfg.texts) as npz:
+        z = {k: npz[k] for k in npz.files}
     meta = read_meta(z)
     device = dist.device(cfg.device, d)
     if device.type == "cuda":
@@ -231,7 +234,7 @@ def _teacher(cfg: TeacherConfig, d: Dist, progress: bool) -> dict:
     src, val = list(z["src"]), list(z["val"])
     # continuations: half greedy, half sampled
     g_t, g_d = _ragged(z["g_t_ids"], z["g_t_len"]), _ragged(z["g_d_ids"], z["g_d_len"])
-    g_s = _ragged(z["g_slot"], z["g_d_len"]) if "g_slot" in z.files else [None] * len(g_t)
+    g_s = _ragged(z["g_slot"], z["g_d_len"]) if "g_slot" in z else [None] * len(g_t)
     rng = random.Random(cfg.seed)
     temps = [0.0 if rng.random() < 0.5 else cfg.temperature for _ in g_t]
     t1 = time.perf_counter()

@@ -46,7 +46,8 @@ class TrainConfig:
     lam: float = field(default=0.2, metadata={"help": "lambda of L_N-gram in the hybrid loss"})
     train_embeddings: bool = field(default=True, metadata={"help": "also train the (tied) embedding/head"})
     eval_every: int = field(default=25, metadata={"help": "steps between validation points"})
-    max_minutes: float = field(default=0.0, metadata={"help": "stop training after this long (0 = no limit)"})
+    max_minutes: float = field(default=0.0, metadata={
+        "help": "stop training after this long, the learning rate annealed to 0 by then (0 = no limit)"})
     max_steps: int = field(default=0, metadata={"help": "stop after this many steps, the schedule unchanged (0 = all)"})
     accum: int = field(default=1, metadata={"help": "batch groups per rank and optimizer step (gradient accumulation): "
                                                    "world x accum fixed keeps every step's data the same"})
@@ -164,9 +165,15 @@ def trainable_names(model, train_embeddings: bool) -> list[str]:
             or (train_embeddings and n in ("model.embed_tokens.weight", "lm_head.weight"))]
 
 
-def _out_of_time(cfg: TrainConfig, t0: float, d: Dist) -> bool:
-    """Rank 0's clock decides, so that every rank stops after the same step."""
-    return bool(cfg.max_minutes) and dist.broadcast_flag(time.perf_counter() - t0 > 60 * cfg.max_minutes, d)
+def _progress(cfg: TrainConfig, step: int, steps: int, t0: float, d: Dist) -> float:
+    """The share of the run done after ``step``: of its steps or, under ``max_minutes``, of its time if that is
+    more, so that the cosine ends at 0 when time runs out instead of cutting training at a high rate.  The
+    ranks' mean clock decides: every rank sets the same rate and stops after the same step."""
+    by_steps = step / steps
+    if not cfg.max_minutes:
+        return by_steps
+    elapsed = dist.all_reduce_sum([time.perf_counter() - t0], d)[0] / d.world
+    return min(1.0, max(by_steps, elapsed / (60 * cfg.max_minutes)))
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> dict:
@@ -207,8 +214,6 @@ def _train(cfg: TrainConfig, d: Dist, progress: bool) -> dict:
     order = dist.step_groups(len(groups), steps, d.world * accum, cfg.seed)
     group_pos = np.asarray([int(data.positions[train_ex[g]].sum()) for g in groups])
     warm = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     hist = {"config": asdict(cfg), "layers": layers, "world": d.world, "accum": accum, "steps": steps, "train": [], "val": [],
             "trainable_params": int(sum(p.numel() for p in params)),
             "train_positions": int(data.positions[train_ex].sum())}
@@ -218,21 +223,24 @@ def _train(cfg: TrainConfig, d: Dist, progress: bool) -> dict:
     t0 = time.perf_counter()
     net.train()
     bar = tqdm(range(steps), desc=f"train {cfg.layers}", disable=not progress)
+    done = 0.0  # share of the run behind us: of the steps, or of the time limit when that comes first
     for step in bar:
         t_step = time.perf_counter()
+        for g in opt.param_groups:
+            g["lr"] = cfg.lr * min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * done))
         opt.zero_grad(set_to_none=True)
         info = _accumulate(net, data, [train_ex[groups[g]] for g in order[step, d.rank * accum:(d.rank + 1) * accum]],
                            device, cfg.lam, d)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        sched.step()
+        done = _progress(cfg, step + 1, steps, t0, d)
         # the mean over the ranks' groups: the loss of the global step, comparable across world sizes
         losses = [x / d.world for x in dist.all_reduce_sum([info["loss"], info["l_dm"], info["l_ngram"]], d)]
         hist["train"].append({"step": step + 1, **dict(zip(("loss", "l_dm", "l_ngram"), losses)),
                               "positions": int(group_pos[order[step]].sum()),
                               "seconds": round(time.perf_counter() - t_step, 4)})
         bar.set_postfix(loss=f"{losses[0]:.3f}")
-        last = step + 1 == steps or step + 1 == cfg.max_steps or _out_of_time(cfg, t0, d)
+        last = step + 1 == steps or step + 1 == cfg.max_steps or done >= 1.0
         if (step + 1) % cfg.eval_every == 0 or last:
             ev = evaluate(rows, data, device, cfg.batch_tokens, d)
             hist["val"].append({"step": step + 1, "wall": round(time.perf_counter() - t0, 2), **ev})
