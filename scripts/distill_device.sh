@@ -19,7 +19,8 @@
 #              $OUT/final/ and $OUT/meta.tgz (scale histories, logs, the data's meta); run it with `bg`
 #          scripts/distill_device.sh bg NAME STEP ARGS...        the same, detached (longer than one call);
 #                                                                its $OUT is /tmp/w/out-NAME
-#          scripts/distill_device.sh wait NAME SECONDS           wait for it at most SECONDS; its log's tail
+#          scripts/distill_device.sh wait NAME SECONDS [TEXT]    wait for it at most SECONDS (or until its log
+#                                                                holds TEXT); its log's tail
 #          scripts/distill_device.sh fetch NAME                  copy /tmp/w/out-NAME/ to this call's $OUT
 set -euo pipefail
 export PYTHONPATH=/tmp/site:backend:. PYTHONUNBUFFERED=1
@@ -81,7 +82,8 @@ bg)
 wait)
   pid=$(cat "/tmp/w/$2.pid")
   end=$(( SECONDS + $3 ))
-  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+  until ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge "$end" ] ||
+    { [ -n "${4:-}" ] && grep -qF -- "$4" "/tmp/w/$2.log"; }; do sleep 5; done
   kill -0 "$pid" 2>/dev/null && echo "$2: still running" || echo "$2: finished"
   tr '\r' '\n' < "/tmp/w/$2.log" | grep -v '^ *$' | tail -n 25 ;;
 fetch)
