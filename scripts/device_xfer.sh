@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Files larger than one device call carries (64 MiB with the work tree) reach the lent machine in parts.
 #
-#   here:  scripts/device_xfer.sh pack NAME FILE...   # .devxfer/NAME/part000.. (57 MiB each) + manifest
+#   here:  scripts/device_xfer.sh pack NAME FILE...   # .devxfer/NAME/part000.. (48 MiB each) + manifest
 #   there: scripts/device_xfer.sh recv NAME           # one call per part: run(command=..., carry=
 #                                                     #   [".devxfer/NAME/partNNN"]) keeps it in /tmp/xfer;
 #                                                     #   one of the calls also carries .devxfer/NAME/manifest
@@ -9,7 +9,7 @@
 # .devxfer/ is kept out of git (.git/info/exclude).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PART=${PART:-56M}
+PART=${PART:-48M}  # the 64 MiB a call counts disk blocks: 8.9 MiB of tree + 56 MiB did not fit
 STORE=/tmp/xfer
 
 pack() {
