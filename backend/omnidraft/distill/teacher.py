@@ -205,6 +205,14 @@ def _position_arrays(seqs, slot_l, rows, tk, d_seqs, t2d, k: int) -> dict[str, n
     return arrays
 
 
+def _lap(laps: dict, phase: str, t0: float, d: Dist) -> None:
+    """Seconds since the start at the end of each phase, logged at once: a run cut short by its machine's time
+    still shows where the time went (twice the CPU-side phases, not the GPU, took most of a device run)."""
+    laps[phase] = time.perf_counter() - t0
+    if d.is_main:
+        log.info("teacher: %s done at %.0f s", phase, laps[phase])
+
+
 def run_teacher(cfg: TeacherConfig, progress: bool = True) -> dict:
     """Write the training data (see :func:`_position_arrays`).  Under torchrun each rank runs the target on its
     share of the batch groups (on cuda:LOCAL_RANK) and rank 0 merges the shards into ``cfg.out``, in the order
@@ -244,6 +252,7 @@ def _teacher(cfg: TeacherConfig, d: Dist, progress: bool) -> dict:
     # every rank needs all continuations: the top-k batch groups mix them with the texts by length
     outs = dist.gather_filled(outs, d)
     t_gen = time.perf_counter() - t1
+    laps = {"continuations": time.perf_counter() - t0}
     for i, out in enumerate(outs):
         ids, s = continuation_alignment(g_d[i], out, len(g_t[i]), z["enc_ids"], z["enc_off"], z["direct"],
                                         g_s[i])
@@ -253,15 +262,19 @@ def _teacher(cfg: TeacherConfig, d: Dist, progress: bool) -> dict:
         src.append(int(z["g_src"][i]))
         val.append(bool(z["g_val"][i]))
     rows = [np.unique(s[s >= 0]) for s in slot_l]
+    _lap(laps, "alignment", t0, d)
     tk = topk_at(model, t_seqs, rows, cfg.topk, device, cfg.batch_tokens, progress, d)
+    _lap(laps, "top-k", t0, d)
     mine = [i for i, r in enumerate(tk) if r is not None]
     arrays = _position_arrays(mine, slot_l, rows, tk, d_seqs, t2d, cfg.topk)
+    _lap(laps, "positions", t0, d)
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     arrays = dist.merge_on_main(arrays, mine, out, d)
+    _lap(laps, "merge", t0, d)
     info = dict(texts_meta=meta, teacher=path.name, config=asdict(cfg), world=d.world, examples=len(d_seqs),
                 continuations=len(outs), continuation_tokens=int(sum(len(o) for o in outs)),
-                gen_seconds=round(t_gen, 1))
+                gen_seconds=round(t_gen, 1), laps={k: round(v, 1) for k, v in laps.items()})
     if not d.is_main:
         return info
     kinds = arrays["kind"]
@@ -272,5 +285,6 @@ def _teacher(cfg: TeacherConfig, d: Dist, progress: bool) -> dict:
     tmp = out.with_suffix(".tmp.npz")
     np.savez(tmp, **arrays)
     tmp.replace(out)
+    _lap(laps, "saved", t0, d)
     log.info("teacher data: %s", {k: v for k, v in info.items() if k != "texts_meta"})
     return info
