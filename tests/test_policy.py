@@ -115,3 +115,21 @@ def test_cost_stop_rule_looks_past_a_costly_batch_size_to_a_cheaper_larger_one()
     assert one_more < (1 + p) / (t[2] + 0.005)
     # ... but 3 drafts (a 4-token pass) win, so the rule keeps drafting through depth 1 to reach them
     assert stop.keep_going(0, f) and stop.keep_going(1, f)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_draft_features_equal_their_definition(seed):
+    """The two-pass features (exp and a dot product, the top token found once) equal the textbook ones on a
+    drafter-sized row: p of the drafted token, entropy in nats, and the top-1 minus top-2 probability."""
+    rng = np.random.default_rng(seed)
+    row = (rng.standard_normal(49152) * 3).astype(np.float32)
+    row[7] = row.max() + 0.5 if seed == 2 else row[7]  # a clear winner, and a drafted token that is not it
+    ref = np.exp(row.astype(np.float64) - row.max())
+    ref /= ref.sum()
+    top2 = np.sort(ref)[-2:]
+    for token in (int(np.argmax(row)), 7, 123):
+        f = DraftFeatures.from_row(row, token, 2)
+        assert f.p_top1 == pytest.approx(ref[token], rel=1e-5)
+        assert f.entropy == pytest.approx(float(-(ref * np.log(ref)).sum()), rel=1e-5)
+        assert f.margin == pytest.approx(top2[1] - top2[0], rel=1e-5, abs=1e-9)
+        assert (f.token, f.depth) == (token, 2)

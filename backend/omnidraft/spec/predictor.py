@@ -35,12 +35,20 @@ class DraftFeatures:
 
     @staticmethod
     def from_row(row: np.ndarray, token: int, depth: int) -> "DraftFeatures":
-        z = row - row.max()
-        p = np.exp(z)
-        p /= p.sum()
-        top2 = np.partition(p, -2)[-2:]
-        ent = float(-(p * np.log(p + 1e-12)).sum())
-        return DraftFeatures(int(token), depth, float(p[token]), ent, float(top2[1] - top2[0]))
+        """Two passes over the row (exp, then a dot product) instead of normalising it, taking its log and
+        partitioning it: this runs for every drafted token.  On SmolLM2's 49k vocabulary, in a real generation
+        on the 2-core EPYC, 0.08-0.09 ms a token instead of 0.14-0.18 (0.3 ms of a 4-token step: little beside
+        a CPU target pass, more beside a 3-4 ms GPU step).  With z = row - max, e = exp(z), s = sum(e):
+        p = e / s, entropy = log s - (e . z) / s, and the top token's e is 1."""
+        top = int(np.argmax(row))
+        m = row[top]
+        z = row - m
+        e = np.exp(z)
+        s = float(e.sum())
+        ent = math.log(s) - float(np.dot(e, z)) / s
+        second = max(row[:top].max(initial=-np.inf), row[top + 1:].max(initial=-np.inf))
+        margin = (1.0 - math.exp(float(second - m))) / s
+        return DraftFeatures(int(token), depth, float(e[token]) / s, ent, margin)
 
 
 class AcceptancePredictor:
