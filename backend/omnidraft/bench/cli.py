@@ -345,6 +345,7 @@ def _cmd_costmodel(cfg: CostmodelSettings) -> int:
 def _cmd_peer(cfg: PeerSettings) -> int:
     from omnidraft.assets import models
     from omnidraft.spec.generator import GenerationParams
+    from omnidraft.spec.stats import GenerationStats
     from omnidraft.runtime.session import Session, Settings
     from . import peer, prompts, report, runner
 
@@ -355,11 +356,10 @@ def _cmd_peer(cfg: PeerSettings) -> int:
     ours = {}
     for method in ("slem", "omnidraft"):
         gen = ctx.generator(runner.Config(method, cfg.k, "fixed"))
-        toks = passes = 0
+        total = GenerationStats(method)
         for t in texts:
-            st = gen.generate(gen.prompt_from_text(t), GenerationParams(max_tokens=cfg.max_tokens)).stats
-            toks, passes = toks + st.completion_tokens, passes + st.target_passes
-        ours[method] = {"tokens": toks, "target_passes": passes, "tau": toks / max(passes, 1)}
+            total.add(gen.generate(gen.prompt_from_text(t), GenerationParams(max_tokens=cfg.max_tokens)).stats)
+        ours[method] = {"tokens": total.completion_tokens, "target_passes": total.target_passes, "tau": total.tau}
     session.close()
     tp, dp = models.resolve(cfg.target), models.resolve(cfg.draft)
     hf = {f"hf-uag k={cfg.k}": peer.run_peer(tp, dp, texts, cfg.max_tokens, cfg.k),
