@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from omnidraft.bench import prompts
 
 
@@ -44,3 +46,35 @@ def test_bench_run_writes_json_markdown_and_plots(tmp_path):
     assert sum(passes.values()) >= omni["drafted"] > 0 and max(passes) > 1
     assert omni["predicted_s"] > 0 and res["prompt-lookup k=2"]["draft_pass_hist"] == {}
     assert "cpu" in data["machine"] and data["machine"]["llamafile_kernels"] is False
+
+
+def test_bench_flags_are_generated_from_the_settings(monkeypatch):
+    """Each `bench` command's flags come from its settings dataclass (names, defaults and choices as they were
+    hand-written), and the command gets the settings object."""
+    from omnidraft.apps.cli import build_parser
+    from omnidraft.bench import cli as bc
+
+    got = []
+    for name in ("_cmd_run", "_cmd_kernels", "_cmd_costmodel", "_cmd_peer"):
+        monkeypatch.setattr(bc, name, got.append)
+    p = build_parser()
+    a = p.parse_args(["bench", "run", "--targets", "t1,t2", "--n", "2", "--max-tokens", "8", "--kernels", "exact",
+                      "--peer", "--no-progress"])
+    assert a.func(a) is None and got[-1] == bc.RunSettings(targets="t1,t2", n=2, max_tokens=8, kernels="exact",
+                                                          peer=True, progress=False)
+    a = p.parse_args(["bench", "run"])
+    a.func(a)
+    assert got[-1] == bc.RunSettings() and got[-1].preset == "small" and got[-1].n is None  # the preset decides
+    a = p.parse_args(["bench", "peer", "-k", "3", "--max-tokens", "16"])
+    a.func(a)
+    assert got[-1] == bc.PeerSettings(k=3, max_tokens=16) and got[-1].n == 4
+    a = p.parse_args(["bench", "costmodel", "--threads-list", "1", "--max-n", "4"])
+    a.func(a)
+    assert got[-1] == bc.CostmodelSettings(threads_list="1", max_n=4) and got[-1].quants == "q4_k_m,q4_0,q8_0"
+    a = p.parse_args(["bench", "kernels", "--threads", "2"])
+    a.func(a)
+    assert got[-1] == bc.KernelsSettings(threads=2)
+    for bad in (["bench", "run", "--kernels", "nope"], ["bench", "run", "--preset", "huge"],
+                ["bench", "run", "--n", "two"]):
+        with pytest.raises(SystemExit):
+            p.parse_args(bad)

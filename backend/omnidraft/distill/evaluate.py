@@ -98,6 +98,7 @@ def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, 
 
     from omnidraft.bench.runner import BenchContext
     from omnidraft.spec.generator import GenerationParams
+    from omnidraft.spec.stats import GenerationStats
     from omnidraft.runtime.session import Session, Settings
 
     cfgs = parse_configs(configs)
@@ -110,19 +111,17 @@ def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, 
         for s in sets:
             items = items_for(s, n)
             acc = {c.label: [] for c in cfgs}
-            tok, secs, outs = {c.label: 0 for c in cfgs}, {c.label: 0.0 for c in cfgs}, {}
+            tot, outs = {c.label: GenerationStats(c.method) for c in cfgs}, {}
             for i, item in enumerate(tqdm(items, desc=f"{Path(str(draft)).name} {s}", disable=not progress)):
                 for c in cfgs[i % len(cfgs):] + cfgs[: i % len(cfgs)]:
                     g = gens[c.label]
                     prompt = g.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
                         else g.prompt_from_text(item.prompt)
                     f = g.generate(prompt, params)
-                    tok[c.label] += f.stats.completion_tokens
-                    secs[c.label] += f.stats.total_s - f.stats.prefill_s
+                    tot[c.label].add(f.stats)
                     outs.setdefault(c.label, []).append(f.token_ids)
                     acc[c.label] += [st.accepted for st in f.steps if st.proposed > 0]
-            r = {"prompts": len(items), "tokens_per_s": {lab: tok[lab] / secs[lab] if secs[lab] else 0.0
-                                                         for lab in tok}}
+            r = {"prompts": len(items), "tokens_per_s": {lab: t.tokens_per_s for lab, t in tot.items()}}
             for c in cfgs:
                 a = np.array(acc[c.label] or [0])
                 r.setdefault("steps", {})[c.label] = len(acc[c.label])
@@ -131,7 +130,7 @@ def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, 
                     r.setdefault("tau", {})[c.label] = {j: float(np.minimum(a, j).mean() + 1) for j in range(1, c.k + 1)}
                     r.setdefault("acceptance", {})[c.label] = {j: float(np.minimum(a, j).mean() / j)
                                                                for j in range(1, c.k + 1)}
-                if "target" in tok and c.method != "target" and secs[c.label]:
+                if "target" in tot and c.method != "target" and tot[c.label].generation_s:
                     r.setdefault("speedup", {})[c.label] = r["tokens_per_s"][c.label] / r["tokens_per_s"]["target"]
                     r.setdefault("same_output_as_target", {})[c.label] = outs[c.label] == outs["target"]
             out[s] = r

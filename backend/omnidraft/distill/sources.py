@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from omnidraft.assets.corpora import (catalog_texts, chat_messages, file_split, sharegpt_conversations, sharegpt_heldout,
-                       source_files)
+from omnidraft.assets.corpora import (catalog_texts, chat_messages, file_split, sharegpt_conversations,
+                                     sharegpt_heldout, source_files, stdlib_files, stdlib_heldout)
 
 SOURCES = ("code", "chat", "code-gen", "chat-gen", "code-other", "nl", "code-other-gen", "nl-gen")
 
@@ -52,11 +52,8 @@ def benchmark_modules() -> set[str]:
 
 def code_files(seed: int) -> list[Path]:
     """.py files for training: stdlib minus benchmark and held-out modules, plus site-packages; no tests."""
-    from omnidraft.bench import prompts
-
     banned = benchmark_modules()
-    files = [p for mod, p in prompts._stdlib_files()
-             if mod.split(".")[0] not in banned and not prompts._heldout_module(mod)]
+    files = [p for mod, p in stdlib_files() if mod.split(".")[0] not in banned and not stdlib_heldout(mod)]
     for sp in {p for p in sys.path if p.endswith("site-packages")}:
         for p in Path(sp).rglob("*.py"):
             parts = {x.lower() for x in p.parts}

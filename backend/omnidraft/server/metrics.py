@@ -13,6 +13,7 @@ Every method takes the one lock: HTTP threads count requests, the engine worker 
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 import threading
@@ -20,6 +21,7 @@ import time
 from collections import Counter, deque
 
 from omnidraft.online.rates import MIN_DRAFTED, acceptance_text
+from omnidraft.spec.stats import GenerationStats
 
 RETRY_AFTER_S = (1, 60)  # the bounds of the Retry-After a 429 answer suggests
 DRAIN_WINDOW = 32  # engine jobs whose times estimate how fast the queue drains
@@ -34,7 +36,8 @@ class Metrics:
     def __init__(self, history: int = 500):
         self._lock = threading.Lock()
         self.requests: Counter = Counter()  # (endpoint, status) -> n
-        self.totals = Counter()  # generations, prompt/completion tokens, proposed, accepted, passes, seconds...
+        self.totals = Counter()  # events: generations, cancelled, timeouts, outbox failures
+        self.generated = GenerationStats("all")  # every generation's statistics summed (acceptance, tau)
         self.history: deque = deque(maxlen=history)
         self.ngram: dict = {}
         self.drafter_version = "base"
@@ -78,22 +81,13 @@ class Metrics:
         lo, hi = RETRY_AFTER_S
         return int(min(hi, max(lo, math.ceil(ahead * self.seconds_per_job()))))
 
-    def record_generation(self, stats, method: str, drafter_version: str, finish_reason: str, endpoint: str,
+    def record_generation(self, stats: GenerationStats, method: str, drafter_version: str, finish_reason: str, endpoint: str,
                           ngram: dict | None, timed_out: bool = False) -> None:
         """After each generation (called by the engine worker), finished or cut off by the timeout
         (``timed_out``: ``stats`` counts the tokens produced until then)."""
         with self._lock:
-            t = self.totals
-            t["generations"] += 1
-            t["prompt_tokens"] += stats.prompt_tokens
-            t["completion_tokens"] += stats.completion_tokens
-            t["target_passes"] += stats.target_passes
-            t["stop_tokens"] += stats.stop_tokens
-            t["proposed"] += stats.proposed
-            t["accepted"] += stats.accepted
-            t["draft_s"] += stats.draft_s + stats.translate_s
-            t["verify_s"] += stats.verify_s
-            t["generation_s"] += stats.total_s
+            self.totals["generations"] += 1
+            self.generated.add(stats)
             self.history.append({
                 "t": time.time(), "endpoint": endpoint, "method": method, "drafter_version": drafter_version,
                 "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.completion_tokens,
@@ -115,24 +109,22 @@ class Metrics:
     def stats_view(self, limit: int | None = None) -> dict:
         with self._lock:
             hist = list(self.history)[-limit:] if limit else list(self.history)
-            t = dict(self.totals)
+            t = Counter(self.totals)
+            g = copy.copy(self.generated)
             ngram, ver = dict(self.ngram), self.drafter_version
             problems = dict(self.problems)
-        gen_s = t.get("generation_s", 0.0)
         return {
             "history": hist,
             "totals": {
-                "requests": sum(self.requests.values()), "generations": t.get("generations", 0),
-                "prompt_tokens": t.get("prompt_tokens", 0), "completion_tokens": t.get("completion_tokens", 0),
-                "proposed": t.get("proposed", 0), "accepted": t.get("accepted", 0),
-                "acceptance_rate": t["accepted"] / t["proposed"] if t.get("proposed") else 0.0,
-                "acceptance": acceptance_text(t.get("accepted", 0), t.get("proposed", 0)),
+                "requests": sum(self.requests.values()), "generations": t["generations"],
+                "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
+                "proposed": g.proposed, "accepted": g.accepted, "acceptance_rate": g.acceptance_rate,
+                "acceptance": acceptance_text(g.accepted, g.proposed),
                 "min_drafted": MIN_DRAFTED,  # below this many drafted tokens a rate is not shown
-                "tau": _tau(t),
-                "tokens_per_s": t.get("completion_tokens", 0) / gen_s if gen_s else 0.0,
-                "draft_s": t.get("draft_s", 0.0), "verify_s": t.get("verify_s", 0.0),
-                "cancelled": t.get("cancelled", 0), "timeouts": t.get("timeouts", 0),
-                "outbox_failures": t.get("outbox_failures", 0), "uptime_s": time.time() - self.started,
+                "tau": g.tau, "tokens_per_s": _throughput(g),
+                "draft_s": g.draft_s + g.translate_s, "verify_s": g.verify_s,
+                "cancelled": t["cancelled"], "timeouts": t["timeouts"],
+                "outbox_failures": t["outbox_failures"], "uptime_s": time.time() - self.started,
             },
             "drafter_version": ver,
             "ngram_cache": ngram,
@@ -144,6 +136,7 @@ class Metrics:
         with self._lock:
             reqs = dict(self.requests)
             t = Counter(self.totals)
+            g = copy.copy(self.generated)
             ngram, ver = dict(self.ngram), self.drafter_version
             problems = dict(self.problems)
         out: list[str] = []
@@ -159,24 +152,24 @@ class Metrics:
                [({"endpoint": e, "status": str(s)}, n) for (e, s), n in sorted(reqs.items())])
         metric("omnidraft_generations_total", "counter", "generations, finished or cut off by the timeout",
                [({}, t["generations"])])
-        metric("omnidraft_prompt_tokens_total", "counter", "prompt tokens processed", [({}, t["prompt_tokens"])])
+        metric("omnidraft_prompt_tokens_total", "counter", "prompt tokens processed", [({}, g.prompt_tokens)])
         metric("omnidraft_tokens_generated_total", "counter", "completion tokens generated",
-               [({}, t["completion_tokens"])])
+               [({}, g.completion_tokens)])
         metric("omnidraft_draft_tokens_proposed_total", "counter", "draft tokens proposed to the target",
-               [({}, t["proposed"])])
+               [({}, g.proposed)])
         metric("omnidraft_draft_tokens_accepted_total", "counter", "draft tokens accepted by the target",
-               [({}, t["accepted"])])
+               [({}, g.accepted)])
         metric("omnidraft_acceptance_rate", "gauge", "accepted / proposed draft tokens since start",
-               [({}, t["accepted"] / t["proposed"] if t["proposed"] else 0.0)])
-        metric("omnidraft_target_passes_total", "counter", "target forward passes", [({}, t["target_passes"])])
+               [({}, g.acceptance_rate)])
+        metric("omnidraft_target_passes_total", "counter", "target forward passes", [({}, g.target_passes)])
         metric("omnidraft_tokens_per_target_pass", "gauge", "tau: generated tokens per target pass since start",
-               [({}, _tau(t))])
+               [({}, g.tau)])
         metric("omnidraft_draft_seconds_total", "counter", "seconds spent drafting and translating",
-               [({}, t["draft_s"])])
+               [({}, g.draft_s + g.translate_s)])
         metric("omnidraft_verify_seconds_total", "counter", "seconds spent in target verification passes",
-               [({}, t["verify_s"])])
+               [({}, g.verify_s)])
         metric("omnidraft_generation_seconds_total", "counter", "seconds of generation wall time",
-               [({}, t["generation_s"])])
+               [({}, g.total_s)])
         metric("omnidraft_ngram_cache_entries", "gauge", "n-gram cache entries", [({}, ngram.get("entries", 0))])
         metric("omnidraft_ngram_cache_bytes", "gauge", "n-gram cache bytes", [({}, ngram.get("bytes", 0))])
         metric("omnidraft_drafter_version", "gauge", "drafter version in use (value 1)", [({"version": ver}, 1)])
@@ -192,7 +185,7 @@ class Metrics:
         return "\n".join(out) + "\n"
 
 
-def _tau(t) -> float:
-    """Tokens per target pass since start, end-of-generation tokens counted as GenerationStats.tau does."""
-    passes = t.get("target_passes", 0)
-    return (t.get("completion_tokens", 0) + t.get("stop_tokens", 0)) / passes if passes else 0.0
+def _throughput(g: GenerationStats) -> float:
+    """Completion tokens per second of generation wall time, prompts included (the engine's throughput, where
+    ``GenerationStats.tokens_per_s`` times the loop after the prompt)."""
+    return g.completion_tokens / g.total_s if g.total_s else 0.0

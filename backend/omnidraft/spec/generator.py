@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -21,6 +21,7 @@ from omnidraft.llama.engine import Engine
 from omnidraft.seq import common_prefix
 from omnidraft.errors import BadRequest, ContextOverflow
 from .policy import DraftPolicy, PolicyConfig, StepOutcome
+from .stats import GenerationStats, StepRecord, TokenLogprob
 from omnidraft.vocab.textstream import Chunk, TextStream
 from omnidraft.vocab.translator import NGRAM, Candidates
 from .verifier import (SamplingParams, first_uncertain_row, sample_token, verify_exact_sampling, verify_greedy,
@@ -66,87 +67,6 @@ class GenerationParams:
             raise BadRequest(f"verification must be one of {VERIFICATION_MODES}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise BadRequest(f"logprobs must be within [0, {MAX_LOGPROBS}]")
-
-
-@dataclass
-class TokenLogprob:
-    """One output token as the target scored it: log-softmax at temperature 1 of the row that chose it."""
-
-    id: int
-    piece: bytes  # the token's text (control tokens as their text, e.g. b'<|im_end|>')
-    logprob: float
-    top: list[tuple[int, bytes, float]]  # (id, piece, logprob) of the most likely tokens, most likely first
-
-
-@dataclass
-class StepRecord:
-    """One speculative step: what the trainer and the metrics see."""
-
-    proposed: int
-    accepted: int
-    drafted: int  # drafter tokens produced (can differ from proposed candidates across vocabularies)
-    ngram_proposed: int
-    ngram_accepted: int
-    new_tokens: list[int]
-    draft_s: float
-    translate_s: float
-    verify_s: float
-    total_s: float
-    # per new token: (target ids, probabilities) of the target's top-k at that position, if recorded
-    topk: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
-    redecoded: bool = False  # a guarded kernel mode re-decoded a near-tie one token at a time
-    logprobs: list[TokenLogprob] = field(default_factory=list)  # per new token, if params.logprobs is set
-
-
-@dataclass
-class GenerationStats:
-    method: str
-    prompt_tokens: int = 0
-    reused_tokens: int = 0  # prompt tokens whose KV was kept from the previous request
-    completion_tokens: int = 0
-    target_passes: int = 0
-    stop_tokens: int = 0  # 1 when the target ended the answer with an end-of-generation token (not text)
-    proposed: int = 0
-    accepted: int = 0
-    ngram_proposed: int = 0
-    ngram_accepted: int = 0
-    prefill_s: float = 0.0
-    draft_s: float = 0.0
-    translate_s: float = 0.0
-    verify_s: float = 0.0
-    total_s: float = 0.0
-    draft_lengths: list[int] = field(default_factory=list)
-    guard_redecodes: int = 0  # near-ties re-decoded one token at a time (guarded kernel mode only)
-    policy_note: str = ""  # why the policy drafted or not, in words (DraftPolicy.note)
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    @property
-    def tau(self) -> float:
-        """Target tokens produced per target forward pass: the end-of-generation token counts (the pass that
-        produced only it was a pass that produced a token), so tau >= 1 whenever a pass ran."""
-        return (self.completion_tokens + self.stop_tokens) / self.target_passes if self.target_passes else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        gen = self.total_s - self.prefill_s
-        return self.completion_tokens / gen if gen > 0 else 0.0
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d.update(acceptance_rate=self.acceptance_rate, tau=self.tau, tokens_per_s=self.tokens_per_s,
-                 python_s=max(0.0, self.total_s - self.prefill_s - self.draft_s - self.translate_s - self.verify_s))
-        return d
-
-    def summary(self) -> str:
-        """One line: tokens drafted and accepted out of those produced, why, then the speed."""
-        why = f": {self.policy_note}" if self.policy_note else ""
-        acc = f"acceptance {self.acceptance_rate:.1%}, " if self.proposed else ""  # no rate of nothing
-        return (f"[{self.method}] drafted {self.proposed} and accepted {self.accepted} of "
-                f"{self.completion_tokens} tokens{why}; {acc}{self.tau:.2f} tokens/target pass, "
-                f"{self.tokens_per_s:.1f} tok/s")
 
 
 @dataclass
@@ -234,7 +154,7 @@ class Generator:
         while len(out) < max_new:
             step, new = self._step(t_prev, len(out), max_new, params, sp, uniforms, rng)
             steps.append(step)
-            self._tally(stats, step)
+            stats.add_step(step)
             eog_at = next((i for i, tok in enumerate(new) if tok in t.eog_ids), None)
             done = eog_at is not None  # an end-of-generation token ends the text before it
             if done:
@@ -322,19 +242,6 @@ class Generator:
         if params.verification == "approx-rs" and len(cands):
             return verify_rejection_approx(cands.ids, cands.q, logits, sp, rng)
         return verify_exact_sampling(cands.ids, logits, sp, uniforms)
-
-    @staticmethod
-    def _tally(stats: GenerationStats, step: StepRecord) -> None:
-        stats.target_passes += 1
-        stats.proposed += step.proposed
-        stats.accepted += step.accepted
-        stats.ngram_proposed += step.ngram_proposed
-        stats.ngram_accepted += step.ngram_accepted
-        stats.draft_s += step.draft_s
-        stats.translate_s += step.translate_s
-        stats.verify_s += step.verify_s
-        stats.draft_lengths.append(step.proposed)
-        stats.guard_redecodes += step.redecoded
 
 
 def prefill(target: Engine, ids: list[int], reuse: bool) -> int:

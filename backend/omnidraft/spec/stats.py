@@ -1,0 +1,128 @@
+"""What a generation reports, counted once: per output token (``TokenLogprob``), per speculative step
+(``StepRecord``) and per answer (``GenerationStats``); ``GenerationStats.add`` sums answers into totals, so
+the benchmarks (a configuration's run) and the server (everything since start) report acceptance, tau and
+speed by the same definitions as each answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+
+@dataclass
+class TokenLogprob:
+    """One output token as the target scored it: log-softmax at temperature 1 of the row that chose it."""
+
+    id: int
+    piece: bytes  # the token's text (control tokens as their text, e.g. b'<|im_end|>')
+    logprob: float
+    top: list[tuple[int, bytes, float]]  # (id, piece, logprob) of the most likely tokens, most likely first
+
+
+@dataclass
+class StepRecord:
+    """One speculative step: what the trainer and the metrics see."""
+
+    proposed: int
+    accepted: int
+    drafted: int  # drafter tokens produced (can differ from proposed candidates across vocabularies)
+    ngram_proposed: int
+    ngram_accepted: int
+    new_tokens: list[int]
+    draft_s: float
+    translate_s: float
+    verify_s: float
+    total_s: float
+    # per new token: (target ids, probabilities) of the target's top-k at that position, if recorded
+    topk: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    redecoded: bool = False  # a guarded kernel mode re-decoded a near-tie one token at a time
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # per new token, if params.logprobs is set
+
+
+@dataclass
+class GenerationStats:
+    """One answer's counts and seconds, or (``add``) the sums over many answers."""
+
+    method: str
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose KV was kept from the previous request
+    completion_tokens: int = 0
+    target_passes: int = 0
+    # 1 when the target ended the answer with an end-of-generation token (not text); in totals: such answers
+    stop_tokens: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    ngram_proposed: int = 0
+    ngram_accepted: int = 0
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    translate_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+    draft_lengths: list[int] = field(default_factory=list)
+    guard_redecodes: int = 0  # near-ties re-decoded one token at a time (guarded kernel mode only)
+    policy_note: str = ""  # why the policy drafted or not, in words (DraftPolicy.note)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def tau(self) -> float:
+        """Target tokens produced per target forward pass: the end-of-generation token counts (the pass that
+        produced only it was a pass that produced a token), so tau >= 1 whenever a pass ran."""
+        return (self.completion_tokens + self.stop_tokens) / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def generation_s(self) -> float:
+        """Seconds after the prompt: the speculative loop."""
+        return self.total_s - self.prefill_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        gen = self.generation_s
+        return self.completion_tokens / gen if gen > 0 else 0.0
+
+    @property
+    def python_s(self) -> float:
+        """Loop seconds spent neither drafting, translating nor verifying."""
+        return max(0.0, self.generation_s - self.draft_s - self.translate_s - self.verify_s)
+
+    def add_step(self, step: StepRecord) -> None:
+        """Count one speculative step (one target pass)."""
+        self.target_passes += 1
+        self.proposed += step.proposed
+        self.accepted += step.accepted
+        self.ngram_proposed += step.ngram_proposed
+        self.ngram_accepted += step.ngram_accepted
+        self.draft_s += step.draft_s
+        self.translate_s += step.translate_s
+        self.verify_s += step.verify_s
+        self.draft_lengths.append(step.proposed)
+        self.guard_redecodes += step.redecoded
+
+    def add(self, other: GenerationStats) -> GenerationStats:
+        """Sum another answer's counts and seconds into these (every int and float field); the per-answer
+        fields (method, draft_lengths, policy_note) stay this object's.  Returns self."""
+        for f in fields(self):
+            v = getattr(other, f.name)
+            if type(v) in (int, float):
+                setattr(self, f.name, getattr(self, f.name) + v)
+        return self
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(acceptance_rate=self.acceptance_rate, tau=self.tau, tokens_per_s=self.tokens_per_s,
+                 python_s=self.python_s)
+        return d
+
+    def summary(self) -> str:
+        """One line: tokens drafted and accepted out of those produced, why, then the speed."""
+        why = f": {self.policy_note}" if self.policy_note else ""
+        acc = f"acceptance {self.acceptance_rate:.1%}, " if self.proposed else ""  # no rate of nothing
+        return (f"[{self.method}] drafted {self.proposed} and accepted {self.accepted} of "
+                f"{self.completion_tokens} tokens{why}; {acc}{self.tau:.2f} tokens/target pass, "
+                f"{self.tokens_per_s:.1f} tok/s")
+
