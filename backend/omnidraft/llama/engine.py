@@ -22,7 +22,6 @@ import numpy as np
 
 import llama_cpp
 
-from omnidraft.seq import common_prefix
 from . import log as llama_log
 from gguf_tools.header import check_header
 from omnidraft.errors import ContextOverflow, EngineError, InvalidModelFile, from_gguf_tools
