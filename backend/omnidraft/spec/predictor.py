@@ -43,6 +43,7 @@ class DraftFeatures:
         top = int(np.argmax(row))
         m = row[top]
         z = row - m
+        np.maximum(z, -1e4, out=z)  # banned tokens are -inf (the drafter's bias): 0 * -inf would be NaN below
         e = np.exp(z)
         s = float(e.sum())
         ent = math.log(s) - float(np.dot(e, z)) / s
