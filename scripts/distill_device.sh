@@ -38,6 +38,12 @@ distill() {  # distill N STEP ARGS...: one `distill` step on N ranks of this hos
     grep --line-buffered -v '^load'
 }
 if [ "$1" = prepare ]; then
+  # the teacher writes and merges gigabytes of shards: in RAM where the host has it (a slow disk is the suspect
+  # for the minutes a run lost after its top-k pass); 64 GB of /dev/shm leave room for shards + merged data
+  if [ ! -e /tmp/w ] && [ "$(df --output=avail -k /dev/shm 2>/dev/null | tail -n 1)" -gt 64000000 ] 2>/dev/null; then
+    mkdir -p /dev/shm/w && ln -s /dev/shm/w /tmp/w && echo "work dir: /dev/shm/w"
+  fi
+  df -h /tmp /dev/shm | tail -n +1
   bash scripts/device_xfer.sh join models /tmp/m
   bash scripts/device_xfer.sh join texts /tmp/w
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -76,7 +82,11 @@ bg)
   name=$2
   shift 2
   mkdir -p /tmp/w
-  OUT=/tmp/w/out-$name setsid nohup bash "$0" "$@" > "/tmp/w/$name.log" 2>&1 < /dev/null &
+  # from a private copy of the code: every later call replaces the work tree, and a rank importing a module
+  # while that happens fails (a device run lost its teacher to "No module named gguf_tools.convert")
+  rm -rf "/tmp/code-$name" && mkdir -p "/tmp/code-$name" && cp -r backend gguf_tools scripts "/tmp/code-$name/"
+  cd "/tmp/code-$name"
+  OUT=/tmp/w/out-$name setsid nohup bash scripts/distill_device.sh "$@" > "/tmp/w/$name.log" 2>&1 < /dev/null &
   echo $! > "/tmp/w/$name.pid"
   echo "started $name (pid $(cat "/tmp/w/$name.pid"))" ;;
 wait)

@@ -202,3 +202,39 @@ def test_accumulating_two_groups_on_one_rank_retraces_two_ranks(tiny_llama, tmp_
     for a, b in zip(acc["train"][:10], two["train"][:10]):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-3)
     assert acc["val"][-1]["val_loss"] == pytest.approx(two["val"][-1]["val_loss"], rel=2e-2)
+
+
+def test_a_failing_rank_ends_the_job_with_its_traceback(tmp_path):
+    """One rank's error must stop the job at once, its traceback printed, while a peer waits in a collective
+    (on NCCL, tearing the group down under a waiting peer blocked a device run for good)."""
+    script = tmp_path / "fail.py"
+    script.write_text(
+        "import logging\n"
+        "from omnidraft.distill import dist\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "with dist.group('cpu') as d:\n"
+        "    if d.rank == 1:\n"
+        "        raise RuntimeError('boom on rank 1')\n"
+        "    dist.barrier(d)\n"
+        "    dist.barrier(d)\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT / "backend"), str(ROOT)]))
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-3000:]
+    assert "rank 1 of 2 failed" in out and "boom on rank 1" in out, out[-3000:]
+
+
+def test_head_topk_in_row_chunks_equals_all_rows_at_once():
+    import torch
+
+    from omnidraft.distill.teacher import _head_topk
+
+    torch.manual_seed(0)
+    head, h = torch.nn.Linear(8, 50, bias=False), torch.randn(10, 8)
+    v1, i1 = _head_topk(head, h, 4, chunk=3)  # chunks of 3, 3, 3, 1 rows
+    with torch.no_grad():
+        want_v, want_i = torch.log_softmax(head(h), -1).topk(4, -1)
+    assert (i1 == want_i.numpy()).all() and np.allclose(v1, want_v.exp().numpy(), atol=1e-6)
+    v0, i0 = _head_topk(head, h[:0], 4, chunk=3)
+    assert v0.shape == (0, 4) and i0.shape == (0, 4)

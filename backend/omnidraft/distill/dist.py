@@ -13,6 +13,7 @@ import contextlib
 import inspect
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -72,9 +73,22 @@ def group(device: str, timeout_minutes: float = 60.0) -> Iterator[Dist]:
     log.info("rank %d of %d (%s)", d.rank, d.world, backend)
     try:
         yield replace(d, backend=backend)
-        td.barrier()  # leave together (not after an error: the others may never come)
-    finally:
-        td.destroy_process_group()
+    except BaseException:
+        _die(d)
+    td.barrier()  # leave together
+    td.destroy_process_group()
+
+
+def _die(d: Dist) -> None:
+    """A rank that failed ends its process at once, traceback first.  Its peers may be waiting in a collective
+    that never completes, and tearing down an NCCL group under them can block for good: a 4-GPU teacher run
+    hung 19 minutes after an error on rank 0 without printing it.  torchrun sees the exit and stops the rest."""
+    log.exception("rank %d of %d failed; ending the job", d.rank, d.world)
+    for h in logging.getLogger().handlers:
+        h.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def device(spec: str, d: Dist):

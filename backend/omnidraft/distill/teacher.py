@@ -78,8 +78,24 @@ def generate(model, prompts: list[np.ndarray], n_new: int, temps: list[float], e
     return outs
 
 
+def _head_topk(head, h, k: int, chunk: int):
+    """Top-k probabilities of the head over rows ``h``, ``chunk`` rows at a time: a float32 log-softmax of all
+    of a group's rows at once is rows x 152k x 4 bytes, tens of gigabytes for a 32k-token group."""
+    import torch
+
+    vals, idxs = [], []
+    with torch.no_grad():
+        for s in range(0, len(h), chunk):
+            v, i = torch.log_softmax(head(h[s: s + chunk]).float(), -1).topk(k, -1)
+            vals.append(v.exp().cpu().numpy())
+            idxs.append(i.to(torch.int32).cpu().numpy())
+    if not vals:
+        return np.zeros((0, k), np.float32), np.zeros((0, k), np.int32)
+    return np.concatenate(vals), np.concatenate(idxs)
+
+
 def topk_at(model, seqs: list[np.ndarray], rows: list[np.ndarray], k: int, device, max_tokens: int = 16384,
-            progress: bool = True, d: Dist = Dist()):
+            progress: bool = True, d: Dist = Dist(), head_rows: int = 4096):
     """For each sequence, the target's top-k ids and probabilities at logits rows ``rows[i]`` (under torchrun:
     for the sequences of this rank's batch groups, None elsewhere)."""
     import torch
@@ -97,9 +113,7 @@ def topk_at(model, seqs: list[np.ndarray], rows: list[np.ndarray], k: int, devic
             sel_b = torch.cat([torch.full((len(rows[i]),), r, dtype=torch.long) for r, i in enumerate(grp)])
             sel_t = torch.cat([torch.as_tensor(rows[i].astype(np.int64)) for i in grp])
             h = hidden[sel_b.to(device), sel_t.to(device)]
-            logp = torch.log_softmax(model.lm_head(h).float(), -1)
-            val, idx = logp.topk(k, -1)
-        val, idx = val.exp().cpu().numpy(), idx.cpu().numpy()
+            val, idx = _head_topk(model.lm_head, h, k, head_rows)
         start = 0
         for i in grp:
             n = len(rows[i])
