@@ -21,6 +21,8 @@
 #                                                                its $OUT is /tmp/w/out-NAME
 #          scripts/distill_device.sh wait NAME SECONDS [TEXT]    wait for it at most SECONDS (or until its log
 #                                                                holds TEXT); its log's tail
+#          scripts/distill_device.sh stacks                      every rank prints its threads' stacks to its log
+#                                                                (wait does it when the log is silent 2 min)
 #          scripts/distill_device.sh fetch NAME                  copy /tmp/w/out-NAME/ to this call's $OUT
 set -euo pipefail
 export PYTHONPATH=/tmp/site:backend:. PYTHONUNBUFFERED=1
@@ -30,7 +32,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 NPROC=${NPROC:-$(( NGPU > 0 ? NGPU : 1 ))}
 DEV=${DEV:-cuda}  # cpu: a dry run of the same steps with gloo
 MICRO=${MICRO:-16384}  # padded tokens of one batch group: 65,536 on one H100 ran out of memory
-case "${1:-}" in prepare | teacher | train | scale | pipeline | bg | wait | fetch) ;; *) sed -n '2,/^set /p' "$0" | grep '^#' >&2; exit 2 ;; esac
+case "${1:-}" in prepare | teacher | train | scale | pipeline | bg | wait | fetch | stacks) ;; *) sed -n '2,/^set /p' "$0" | grep '^#' >&2; exit 2 ;; esac
 distill() {  # distill N STEP ARGS...: one `distill` step on N ranks of this host
   local n=$1
   shift
@@ -95,7 +97,16 @@ wait)
   until ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge "$end" ] ||
     { [ -n "${4:-}" ] && grep -qF -- "$4" "/tmp/w/$2.log"; }; do sleep 5; done
   kill -0 "$pid" 2>/dev/null && echo "$2: still running" || echo "$2: finished"
-  tr '\r' '\n' < "/tmp/w/$2.log" | grep -v '^ *$' | tail -n 25 ;;
+  # a log silent for 2 minutes: every rank prints its stacks (faulthandler on SIGUSR1) before the tail
+  if kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - $(stat -c %Y "/tmp/w/$2.log") )) -gt 120 ]; then
+    bash "$0" stacks && sleep 2
+  fi
+  tr '\r' '\n' < "/tmp/w/$2.log" | grep -v '^ *$' | tail -n 40 ;;
+stacks)
+  # the ranks only: torchrun's own process has no handler and SIGUSR1 would end it
+  for p in $(pgrep -f 'omnidraft.distill'); do
+    tr '\0' ' ' < "/proc/$p/cmdline" | grep -q 'torch.distributed.run' || kill -USR1 "$p"
+  done ;;
 fetch)
   cp -r "/tmp/w/out-$2/." "$OUT/" && ls -R "$OUT" ;;
 train)

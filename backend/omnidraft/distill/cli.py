@@ -18,8 +18,10 @@ both run on every rank, one GPU each (:mod:`omnidraft.distill.dist`; docs/DISTIL
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +143,8 @@ def gpu_main(argv: list[str] | None = None) -> int:
     """``python -m omnidraft.distill teacher|train --set KEY=VALUE ...``: the GPU machine runs these steps
     without the omnidraft CLI (no llama.cpp there), under torchrun on all its ranks."""
     main = dist.from_env().is_main  # under torchrun, rank 0 speaks for all
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1` prints every thread's stack: a silent rank shows where it is
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(level=logging.INFO if main else logging.WARNING, format="%(asctime)s %(message)s")
     ap = argparse.ArgumentParser(description="distill teacher|train on a machine without llama.cpp; "
                                  "under torchrun on all its ranks")
