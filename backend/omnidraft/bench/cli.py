@@ -212,10 +212,11 @@ def _cmd_run(cfg: RunSettings) -> int:
                        "",
                        f"Cost model (medians of {ctx.costs.samples()} timing rounds taken through the run):", "",
                        report.cost_table(cost.as_dict()), "", report.results_table(res), "",
+                       "Per step (ms, share of the step):", "", report.step_table(res), "",
                        report.adaptive_notes(res), "",
                        "Ceiling at 100 % acceptance: " + ", ".join(f"k={k}: {v:.2f}x" for k, v in run["ceiling"].items()),
                        ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
-                print(report.results_table(res), flush=True)
+                print(report.results_table(res), "", report.step_table(res), sep="\n", flush=True)
         ctx.close()
         session.close()
     report.write_json(out_dir / f"{tag}.json", data)

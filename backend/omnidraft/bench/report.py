@@ -52,6 +52,22 @@ def results_table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def step_table(results: dict[str, dict]) -> str:
+    """Where a speculative step's time goes (stats.STEP_PARTS): ms per step, and each part's share of it."""
+    from omnidraft.spec.stats import STEP_PARTS
+
+    names = {"target": "target pass", "sample": "sample/accept"}
+    lines = ["| config | step | " + " | ".join(names.get(p, p) for p in STEP_PARTS) + " |",
+             "|" + "---|" * (len(STEP_PARTS) + 2)]
+    for label, r in results.items():
+        ms, share = r.get("step_ms"), r.get("step_share")
+        if not ms or not ms.get("step"):  # plain llama-cpp-python: no steps of ours to break down
+            continue
+        lines.append(f"| {label} | {ms['step']:.2f} ms | "
+                     + " | ".join(f"{ms[p]:.2f} ms ({share[p]:.0%})" for p in STEP_PARTS) + " |")
+    return "\n".join(lines)
+
+
 def adaptive_notes(results: dict[str, dict]) -> str:
     """Calibration of the acceptance predictor and draft lengths used, per adaptive configuration."""
     lines = []
