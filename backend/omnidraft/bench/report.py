@@ -10,7 +10,8 @@ from pathlib import Path
 from omnidraft.llama.build import has_llamafile
 
 
-def machine() -> dict:
+def machine(gpu: bool = False) -> dict:
+    """The CPU, the build and (``gpu``) the GPUs nvidia-smi names, for every result file."""
     import llama_cpp
 
     cpu = platform.processor()
@@ -23,7 +24,18 @@ def machine() -> dict:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(), "system": platform.system(),
             "python": platform.python_version(), "llama_cpp_python": llama_cpp.__version__,
-            "llamafile_kernels": has_llamafile()}
+            "llamafile_kernels": has_llamafile(), **({"gpu": _gpus(), "gpu_offload": bool(
+                llama_cpp.llama_supports_gpu_offload())} if gpu else {})}
+
+
+def _gpus() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no nvidia-smi)"
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -128,7 +128,8 @@ class BenchContext:
 
     def peer(self) -> "PeerLlama":
         if self._peer is None:
-            self._peer = PeerLlama(self.session.target.path, self.session.settings.threads)
+            s = self.session.settings
+            self._peer = PeerLlama(self.session.target.path, s.threads, s.gpu_layers)
         return self._peer
 
     def close(self) -> None:
@@ -181,10 +182,11 @@ class PeerLlama:
     greedy or sampled like the run; timed from its first streamed token to its last, the way the
     runner times generation after the prompt."""
 
-    def __init__(self, path, threads: int = 0):
+    def __init__(self, path, threads: int = 0, gpu_layers: int = 0):
         from llama_cpp import Llama
 
-        self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads or None, verbose=False)
+        self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads or None, n_gpu_layers=gpu_layers,
+                         verbose=False)
 
     def generate(self, item: Item, params: GenerationParams) -> Final:
         kw = dict(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
