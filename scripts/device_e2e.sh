@@ -82,7 +82,7 @@ pyenv() {  # $1 = cpu | upstream | gpu: the environment a step runs Python in
   if [ -n "${LOCAL:-}" ]; then
     export PYTHONPATH="$ROOT/backend:$ROOT" PY="${PYTHON:-/work/main/.venv/bin/python}"
   else
-    export PYTHONPATH="/tmp/llama-$1:/tmp/site:$ROOT/backend:$ROOT" PY=${DEVICE_PY:-python3}
+    export PYTHONPATH="/tmp/llama-$1:$W/site:$ROOT/backend:$ROOT" PY=${DEVICE_PY:-python3}
   fi
   export PYTHONUNBUFFERED=1 OMNIDRAFT_CACHE="$W/cache" TQDM_DISABLE=1
   [ "$1" = upstream ] && export OMNIDRAFT_CACHE="$W/cache-upstream"  # its own fidelity and cost entries
@@ -118,9 +118,9 @@ build_one() {  # $1 = cpu | upstream | gpu -> /tmp/llama-$1
 }
 
 build() {  # there: the three builds at once (the CUDA one niced: the CPU builds are wanted first), then models
-  mkdir -p "$W/carry" /tmp/site
+  mkdir -p "$W/carry" "$W/site"
   cp -r "$CARRY/." "$W/carry/"  # later calls need not carry .deve2e again
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
     "$W"/carry/whl/*.whl || say "some carried wheels did not install: the image's own packages are used"
   say "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); $(python3 --version)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
@@ -184,7 +184,8 @@ bench() {  # $1 = place (results folder), $2 = build (cpu|upstream|gpu), the res
   say "$place ($b build): bench run $*"
   local rc=0
   $PY -X faulthandler -m omnidraft.apps.cli bench run --draft "$DRAFT" --sets "$SETS" --n "$N" \
-    --max-tokens "$TOKENS" --no-gamma --no-plots --no-progress --out "$W/res/$place" "$@" 2>&1 \
+    --max-tokens "$TOKENS" --methods target,omnidraft --no-gamma --no-plots --no-progress --out "$W/res/$place" \
+    "$@" 2>&1 \
     | tee -a "$W/res/$place/run.log" || rc=$?
   # one place failing must not cost the others: said, and the sweep goes on
   [ $rc -eq 0 ] && say "$place: $((SECONDS - t0)) s" || say "$place: FAILED (exit $rc) after $((SECONDS - t0)) s"

@@ -45,5 +45,5 @@ def test_the_summary_takes_the_peer_from_the_upstream_build_of_the_same_place(tm
     assert r["default_speedup"] == 1.5 and r["default_vs_peer"] == 3.0 and r["fixed"]["2"]["speedup"] == 1.25
     assert r["cost_choices"] == {"0": 2, "3": 9} and r["same_output"] is True
     text = md.read_text()
-    assert "| cpu4 | t | humaneval | 20.0 | 40.0 | 60.0 | 1.50x | 3.00x | 1.40x | 1.25x |" in text
+    assert "| cpu4 | t | humaneval | 20.0 | 40.0 | 60.0 | 1.50x | 3.00x | 1.40x | 1.25x | 2.10 | 0: 2, 3: 9 |" in text
     assert "8.00: 1.00 / 0.50 / 6.00 / 0.30 / 0.20" in text

@@ -71,10 +71,15 @@ def _f(v, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+def _choices(lengths: dict | None) -> str:
+    """The cost policy's draft lengths as 'k x steps' (k = 0: the target went alone)."""
+    return ", ".join(f"{k}: {n}" for k, n in sorted(lengths.items(), key=lambda kv: int(kv[0]))) if lengths else "-"
+
+
 def table(rows: list[dict]) -> str:
     ks = sorted({int(k) for r in rows for k in r["fixed"]})
     head = ["place", "target", "set", "plain llama-cpp-python tok/s", "target alone tok/s", "default tok/s",
-            "default vs target alone", "vs plain", "predicted", *[f"k={k}" for k in ks], "tau", "cost policy's k",
+            "default vs target alone", "vs plain", "predicted", *[f"k={k}" for k in ks], "tau", "cost policy's k: steps",
             "same output", "default step ms: " + " / ".join(STEP_PARTS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -86,7 +91,7 @@ def table(rows: list[dict]) -> str:
             r["place"], r["target"], r["set"], peer, _f(r["target_tok_s"]), _f(r["default_tok_s"]),
             _x(r["default_speedup"]), _x(r["default_vs_peer"]), _x(r["default_predicted"]),
             *[_x(fixed.get(k, {}).get("speedup")) for k in ks], _f(r["default_tau"], "{:.2f}"),
-            str(r["cost_choices"] or "-"), "yes" if r["same_output"] else "NO", step]) + " |")
+            _choices(r["cost_choices"]), "yes" if r["same_output"] else "NO", step]) + " |")
     return "\n".join(lines)
 
 
