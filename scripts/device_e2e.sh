@@ -39,6 +39,7 @@ Q15=qwen2.5-coder-1.5b Q05=qwen2.5-coder-0.5b
 PURE=${PURE:-$Q15:q4_0_pure,$Q05:q4_0_pure} KM=${KM:-$Q15,$Q05}  # the targets, by format
 DRAFTER_FILE=models/smollm2-135m-d8-qwen.gguf
 SETS=${SETS:-$W/carry/prompts/humaneval.json,$W/carry/prompts/chat.json}
+BUILDS=${BUILDS:-cpu upstream gpu}  # which of the three `build` makes (e.g. BUILDS=gpu to retry one)
 say() { echo "[e2e] $(date -u +%H:%M:%S) $*"; }
 
 prepare() {  # here
@@ -82,7 +83,7 @@ pyenv() {  # $1 = cpu | upstream | gpu: the environment a step runs Python in
   if [ -n "${LOCAL:-}" ]; then
     export PYTHONPATH="$ROOT/backend:$ROOT" PY="${PYTHON:-/work/main/.venv/bin/python}"
   else
-    export PYTHONPATH="/tmp/llama-$1:$W/site:$ROOT/backend:$ROOT" PY=${DEVICE_PY:-python3}
+    export PYTHONPATH="$W/llama-$1:$W/site:$ROOT/backend:$ROOT" PY=${DEVICE_PY:-python3}
   fi
   export PYTHONUNBUFFERED=1 OMNIDRAFT_CACHE="$W/cache" TQDM_DISABLE=1
   [ "$1" = upstream ] && export OMNIDRAFT_CACHE="$W/cache-upstream"  # its own fidelity and cost entries
@@ -96,9 +97,9 @@ pyenv() {  # $1 = cpu | upstream | gpu: the environment a step runs Python in
   fi
 }
 
-build_one() {  # $1 = cpu | upstream | gpu -> /tmp/llama-$1
-  [ -f "/tmp/llama-$1/llama_cpp/__init__.py" ] && { say "$1 build: already there"; return 0; }
-  local args src="/tmp/src-$1" t0=$SECONDS
+build_one() {  # $1 = cpu | upstream | gpu -> $W/llama-$1
+  [ -f "$W/llama-$1/llama_cpp/__init__.py" ] && { say "$1 build: already there"; return 0; }
+  local args src="$W/src-$1" t0=$SECONDS
   args="$(python3 backend/omnidraft/llama/build.py cmake-args native)"
   case $1 in
     upstream) args="${args/-DGGML_LLAMAFILE=OFF/}" ;;  # pip's default: llamafile's kernels on
@@ -112,7 +113,7 @@ build_one() {  # $1 = cpu | upstream | gpu -> /tmp/llama-$1
   [ -x /usr/bin/gcc ] && [ -x /usr/bin/g++ ] && cc=/usr/bin/gcc cxx=/usr/bin/g++
   CC="${DEVICE_CC:-$cc}" CXX="${DEVICE_CXX:-$cxx}" CMAKE_ARGS="$args" CMAKE_GENERATOR=Ninja \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" python3 -m pip install -v --no-build-isolation --no-deps --no-cache-dir \
-    --no-compile --target "/tmp/llama-$1" "$src/llama_cpp_python-$VERSION" > "$W/build-$1.log" 2>&1 \
+    --no-compile --target "$W/llama-$1" "$src/llama_cpp_python-$VERSION" > "$W/build-$1.log" 2>&1 \
     || { tail -30 "$W/build-$1.log"; say "$1 build FAILED"; return 1; }
   say "$1 build: $((SECONDS - t0)) s; CC=${DEVICE_CC:-$cc}; CMAKE_ARGS=$args" | tee -a "$W/builds.txt"
 }
@@ -124,11 +125,11 @@ build() {  # there: the three builds at once (the CUDA one niced: the CPU builds
     "$W"/carry/whl/*.whl || say "some carried wheels did not install: the image's own packages are used"
   say "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); $(python3 --version)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
-  local t0=$SECONDS
-  build_one cpu & local p_cpu=$!
-  build_one upstream & local p_up=$!
-  nice -n 10 bash "$0" build-one gpu & local p_gpu=$!
-  wait $p_cpu || say "cpu build failed: no models, no CPU runs (see build-cpu.log)"
+  local t0=$SECONDS p_cpu=0 p_up=0 p_gpu=0
+  [[ " $BUILDS " == *" cpu "* ]] && { build_one cpu & p_cpu=$!; }
+  [[ " $BUILDS " == *" upstream "* ]] && { build_one upstream & p_up=$!; }
+  [[ " $BUILDS " == *" gpu "* ]] && { nice -n 10 bash "$0" build-one gpu & p_gpu=$!; }
+  [ $p_cpu = 0 ] || wait $p_cpu || say "cpu build failed: no models, no CPU runs (see build-cpu.log)"
   # the models while the others compile: every part must have arrived (device_xfer.sh recv, one call each)
   local want have end=$(( SECONDS + ${PARTS_WAIT:-900} ))
   until [ -f /tmp/xfer/e2e/manifest ] && want=$(awk '{s += $2} END {print s}' /tmp/xfer/e2e/manifest) &&
@@ -138,8 +139,8 @@ build() {  # there: the three builds at once (the CUDA one niced: the CPU builds
     sleep 3
   done
   models || say "models FAILED"
-  wait $p_up || say "upstream build failed: plain llama-cpp-python rows come from this build instead"
-  wait $p_gpu || say "gpu build failed"
+  [ $p_up = 0 ] || wait $p_up || say "upstream build failed: plain llama-cpp-python rows come from this build instead"
+  [ $p_gpu = 0 ] || wait $p_gpu || say "gpu build failed"
   say "builds done in $((SECONDS - t0)) s"
 }
 
@@ -201,7 +202,7 @@ cpu() {  # THREADS...: the project's build (Q4_0 pure with every k, Q4_K_M with 
   [ -n "${LOCAL:-}" ] && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
   [ -n "${LOCAL:-}" ] || [ -f "$W/cache/models/.joined" ] || models
   local up=upstream
-  [ -n "${LOCAL:-}" ] || [ -f /tmp/llama-upstream/llama_cpp/__init__.py ] || up=cpu
+  [ -n "${LOCAL:-}" ] || [ -f "$W/llama-upstream/llama_cpp/__init__.py" ] || up=cpu
   for th in "$@"; do
     bench "cpu$th" cpu --threads "$th" --targets "$PURE" --ks "$KS" --adaptive-k 4
     bench "cpu$th" cpu --threads "$th" --targets "$KM" --ks "$KS_KM" --adaptive-k 4
