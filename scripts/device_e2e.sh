@@ -121,8 +121,10 @@ build_one() {  # $1 = cpu | upstream | gpu -> $W/llama-$1
 build() {  # there: the three builds at once (the CUDA one niced: the CPU builds are wanted first), then models
   mkdir -p "$W/carry" "$W/site"
   cp -r "$CARRY/." "$W/carry/"  # later calls need not carry .deve2e again
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
-    "$W"/carry/whl/*.whl || say "some carried wheels did not install: the image's own packages are used"
+  for whl in "$W"/carry/whl/*.whl; do  # one by one: a wheel the image's Python refuses costs only itself
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
+      "$whl" || say "${whl##*/} did not install: the image's own package is used"
+  done
   say "$(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); $(python3 --version)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
   local t0=$SECONDS p_cpu=0 p_up=0 p_gpu=0
