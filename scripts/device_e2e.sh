@@ -120,7 +120,7 @@ build_one() {  # $1 = cpu | upstream | gpu -> $W/llama-$1
 
 build() {  # there: the three builds at once (the CUDA one niced: the CPU builds are wanted first), then models
   mkdir -p "$W/carry" "$W/site"
-  cp -r "$CARRY/." "$W/carry/"  # later calls need not carry .deve2e again
+  [ -d "$CARRY" ] && cp -r "$CARRY/." "$W/carry/"  # later calls (a retry) need not carry .deve2e again
   for whl in "$W"/carry/whl/*.whl; do  # one by one: a wheel the image's Python refuses costs only itself
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
       "$whl" || say "${whl##*/} did not install: the image's own package is used"
@@ -134,9 +134,10 @@ build() {  # there: the three builds at once (the CUDA one niced: the CPU builds
   [ $p_cpu = 0 ] || wait $p_cpu || say "cpu build failed: no models, no CPU runs (see build-cpu.log)"
   # the models while the others compile: every part must have arrived (device_xfer.sh recv, one call each)
   local want have end=$(( SECONDS + ${PARTS_WAIT:-900} ))
-  until [ -f /tmp/xfer/e2e/manifest ] && want=$(awk '{s += $2} END {print s}' /tmp/xfer/e2e/manifest) &&
+  until [ -f "$W/cache/models/.joined" ] || { [ -f /tmp/xfer/e2e/manifest ] &&
+        want=$(awk '{s += $2} END {print s}' /tmp/xfer/e2e/manifest) &&
         have=$(stat -c %s /tmp/xfer/e2e/part[0-9][0-9][0-9] 2>/dev/null | awk '{s += $1} END {print s + 0}') &&
-        [ "$have" -ge "$want" ]; do
+        [ "$have" -ge "$want" ]; }; do
     [ $SECONDS -ge $end ] && { say "parts still missing after ${PARTS_WAIT:-900} s"; break; }
     sleep 3
   done
