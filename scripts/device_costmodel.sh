@@ -24,7 +24,9 @@ prepare() {
   # Everything the device machine cannot fetch, trimmed to a few MB.
   local py="${PYTHON:-.venv/bin/python}" tmp
   mkdir -p "$CARRY/whl" "$CARRY/skeletons"
-  grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .git/info/exclude
+  local exclude
+  exclude="$(git rev-parse --git-common-dir)/info/exclude"  # .git is a file in a worktree
+  grep -qx '/.devcarry/' "$exclude" 2>/dev/null || echo '/.devcarry/' >> "$exclude"
   "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$CARRY/whl" gguf==0.19.0 diskcache==5.6.3
   if [ ! -f "$CARRY/llama_cpp_python-$VERSION-trimmed.tar.gz" ]; then
@@ -45,7 +47,7 @@ prepare() {
   PYTHONPATH=backend:. "$py" - "$CARRY/skeletons" "$MODELS" <<'EOF'
 import sys
 from pathlib import Path
-from omnidraft import models
+from omnidraft.assets import models
 from gguf_tools import synth
 for name in sys.argv[2].split(","):
     out = Path(sys.argv[1]) / f"{name}.gguf.gz"

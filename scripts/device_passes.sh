@@ -20,7 +20,7 @@ prepare() {
   local py="${PYTHON:-.venv/bin/python}" site
   MODELS=qwen2.5-coder-1.5b bash scripts/device_costmodel.sh prepare >/dev/null
   site=$("$py" -c 'import llama_cpp, os; print(os.path.dirname(os.path.dirname(llama_cpp.__file__)))')
-  "$py" -c 'from omnidraft import llama_build as b; import sys; sys.exit(0 if b.sbq4_variant() else 1)' \
+  "$py" -c 'from omnidraft.llama import build as b; import sys; sys.exit(0 if b.sbq4_variant() else 1)' \
     || { echo "this venv's llama.cpp has no small-batch kernel: run make setup first" >&2; exit 1; }
   tar czf "$CARRY/llama-sbq4.tgz" -C "$site" llama_cpp
   du -sh "$CARRY"

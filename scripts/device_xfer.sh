@@ -26,7 +26,12 @@ pack() {
 recv() {
   local name=$1
   mkdir -p "$STORE/$name"
-  for f in .devxfer/"$name"/*; do [ -f "$f" ] && cp "$f" "$STORE/$name/"; done
+  # parts carried by earlier calls may still lie in this tree: copy each once (a part's size is its identity here)
+  for f in .devxfer/"$name"/*; do
+    [ -f "$f" ] || continue
+    [ "${f##*/}" != manifest ] && [ -f "$STORE/$name/${f##*/}" ] && [ "$(stat -c %s "$f")" = "$(stat -c %s "$STORE/$name/${f##*/}")" ] && continue
+    cp "$f" "$STORE/$name/"
+  done
   ls "$STORE/$name" | grep -c '^part[0-9]\{3\}$' | xargs echo "$name parts held:"
 }
 

@@ -50,8 +50,18 @@ class RunSettings:
     ks: str | None = field(default=None, metadata={"help": "comma-separated fixed draft lengths", **_PRESET})
     methods: str | None = field(default=None, metadata={"help": "comma-separated methods", **_PRESET})
     threads: int = field(default=0, metadata={"help": _THREADS})
+    gpu_layers: int = field(default=0, metadata={
+        "help": "layers of the target and the drafter (and the peer's model) offloaded to a GPU build (-1 = all)"})
     kernels: str = field(default=AUTO, metadata={
         "help": "target kernel mode (auto: the fastest one allowed to verify; see README)", "choices": KERNEL_CHOICES})
+    verify_batch: int = field(default=0, metadata={
+        "help": "largest verification batch, instead of the kernel plan's (0: the plan's). Past the rows measured "
+                "bit-identical, output may differ from the target alone at near-ties: the same-output column says"})
+    adaptive_k: int = field(default=0, metadata={
+        "help": "draft-length cap of the adaptive policies (0: the largest of --ks; the default generation's is 4)"})
+    gamma: bool = field(default=True, metadata={
+        "help": "beside the cost policy, the paper's gamma policy (with an adaptive preset)"})
+    plots: bool = field(default=True, metadata={"help": "PNG plots beside the JSON and markdown"})
     peer: bool = field(default=False, metadata={
         "help": "also run plain llama-cpp-python (Llama.create_completion, its default settings) on the same GGUF: "
                 "the peer a user would pick"})
@@ -174,15 +184,18 @@ def _cmd_run(cfg: RunSettings) -> int:
     tag = runner.now_tag()
     out_dir = Path(cfg.out)
     data = {"command": "omnidraft bench run " + " ".join(_argv_of()), "preset": cfg.preset,
-            "settings": preset, "draft": draft, "machine": report.machine(), "runs": []}
+            "settings": preset, "draft": draft, "machine": report.machine(gpu=cfg.gpu_layers != 0), "runs": []}
     md = [f"# Benchmark {tag}", "", f"Command: `{data['command']}`", "", f"Machine: {data['machine']}", ""]
     for target in _csv(preset["targets"]):
         session = Session(Settings(target=target, draft=draft, threads=cfg.threads, n_ctx=4096,
-                                   draft_n_ctx=4096, method="omnidraft", kernels=cfg.kernels))
+                                   draft_n_ctx=4096, method="omnidraft", kernels=cfg.kernels,
+                                   gpu_layers=cfg.gpu_layers))
+        if cfg.verify_batch:  # past the plan: speed measured, exactness reported, not promised
+            session.max_verify_batch = cfg.verify_batch
         same = preset.get("same_vocab") if "same-vocab" in methods and target != preset.get("same_vocab") else None
         ctx = runner.BenchContext(session, same)
         md += [f"## Target {target}, drafter {draft}", ""]
-        configs = _configs(methods, ks, preset["adaptive"], same is not None)
+        configs = _configs(methods, ks, preset["adaptive"], same is not None, cfg.gamma, cfg.adaptive_k)
         if cfg.peer:
             configs.insert(1, runner.Config(runner.PEER))
         modes = [("greedy", GenerationParams(max_tokens=preset["max_tokens"]))]
@@ -190,7 +203,8 @@ def _cmd_run(cfg: RunSettings) -> int:
             modes.append(("sampled", GenerationParams(max_tokens=preset["max_tokens"], temperature=0.7,
                                                       top_p=0.95, seed=1234)))
         for set_name in _csv(preset["sets"]):
-            pset = prompts.load(set_name)
+            pset = prompts.load(set_name)  # a name, or a snapshot file (prompts.export)
+            set_name = pset.name
             items = pset.split("heldout")[: int(preset["n"])]
             for mode, params in modes:
                 log.info("target %s, set %s (%d prompts), %s, %d configs", target, set_name, len(items), mode,
@@ -200,22 +214,29 @@ def _cmd_run(cfg: RunSettings) -> int:
                 run = {"target": target, "set": pset.describe(), "mode": mode, "cost_model": cost.as_dict(),
                        "kernels": session.plan.as_dict(),
                        "cost_samples": ctx.costs.samples(),
-                       "max_verify_batch": session.max_verify_batch, "results": res,
+                       "max_verify_batch": session.max_verify_batch, "gpu_layers": cfg.gpu_layers,
+                       "threads": session.target.config.threads()[0],
+                       "verify_batch_forced": bool(cfg.verify_batch), "results": res,
                        "ceiling": _ceiling(cost, ks), "ngram_cache": session.pair.cache.stats(),
                        "peak_rss_mb": runner.peak_rss_mb()}
                 data["runs"].append(run)
-                prefix = out_dir / f"{tag}-{target.replace(':', '-')}-{set_name}-{mode}"
-                pngs = report.plots(res, prefix)
+                prefix = out_dir / f"{tag}-{Path(target).name.replace(':', '-')}-{set_name}-{mode}"
+                pngs = report.plots(res, prefix) if cfg.plots else []
                 md += [f"### {set_name} ({len(items)} held-out prompts, {params.max_tokens} tokens, {mode})", "",
                        f"Target kernels: {session.plan.mode} (verification batches up to {session.plan.max_batch}"
-                       + (f", near-tie guard {session.plan.guard:.2g})" if session.plan.guard else ", bit-identical)"),
+                       + (f", near-tie guard {session.plan.guard:.2g})" if session.plan.guard else ", bit-identical)")
+                       + (f"; forced to batches of up to {cfg.verify_batch} (--verify-batch: exactness not promised)"
+                          if cfg.verify_batch else "")
+                       + (f"; {cfg.gpu_layers} layers on the GPU" if cfg.gpu_layers else "")
+                       + f"; {run['threads']} threads",
                        "",
                        f"Cost model (medians of {ctx.costs.samples()} timing rounds taken through the run):", "",
                        report.cost_table(cost.as_dict()), "", report.results_table(res), "",
+                       "Per step (ms, share of the step):", "", report.step_table(res), "",
                        report.adaptive_notes(res), "",
                        "Ceiling at 100 % acceptance: " + ", ".join(f"k={k}: {v:.2f}x" for k, v in run["ceiling"].items()),
                        ""] + [f"![{p.stem}]({p.name})" for p in pngs] + [""]
-                print(report.results_table(res), flush=True)
+                print(report.results_table(res), "", report.step_table(res), sep="\n", flush=True)
         ctx.close()
         session.close()
     report.write_json(out_dir / f"{tag}.json", data)
@@ -224,7 +245,8 @@ def _cmd_run(cfg: RunSettings) -> int:
     return 0
 
 
-def _configs(methods: list[str], ks: list[int], adaptive: bool, same_vocab: bool):
+def _configs(methods: list[str], ks: list[int], adaptive: bool, same_vocab: bool, gamma: bool = True,
+             adaptive_k: int = 0):
     from .runner import Config
 
     out = []
@@ -236,9 +258,9 @@ def _configs(methods: list[str], ks: list[int], adaptive: bool, same_vocab: bool
             continue
         out += [Config(m, k, "fixed") for k in ks]
         if adaptive:
-            out.append(Config(m, max(ks), "cost"))
-            if m == "omnidraft":
-                out.append(Config(m, max(ks), "gamma"))  # the paper's stopping rule, for comparison
+            out.append(Config(m, adaptive_k or max(ks), "cost"))
+            if m == "omnidraft" and gamma:
+                out.append(Config(m, adaptive_k or max(ks), "gamma"))  # the paper's stopping rule, for comparison
     if not any(c.method == "target" for c in out):
         out.insert(0, Config("target"))
     return out

@@ -10,7 +10,8 @@ from pathlib import Path
 from omnidraft.llama.build import has_llamafile
 
 
-def machine() -> dict:
+def machine(gpu: bool = False) -> dict:
+    """The CPU, the build and (``gpu``) the GPUs nvidia-smi names, for every result file."""
     import llama_cpp
 
     cpu = platform.processor()
@@ -23,7 +24,18 @@ def machine() -> dict:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(), "system": platform.system(),
             "python": platform.python_version(), "llama_cpp_python": llama_cpp.__version__,
-            "llamafile_kernels": has_llamafile()}
+            "llamafile_kernels": has_llamafile(), **({"gpu": _gpus(), "gpu_offload": bool(
+                llama_cpp.llama_supports_gpu_offload())} if gpu else {})}
+
+
+def _gpus() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no nvidia-smi)"
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -49,6 +61,22 @@ def results_table(results: dict[str, dict]) -> str:
             f"{r.get('measured_over_predicted', 1.0):.2f} | {r['ngram_hits_per_step']:.2f} | "
             f"{share['draft']:.0%} / {share['verify']:.0%} / {share['translate']:.0%} / {share['python']:.0%} | "
             f"{_same(r.get('same_output_as_target', True))} |")
+    return "\n".join(lines)
+
+
+def step_table(results: dict[str, dict]) -> str:
+    """Where a speculative step's time goes (stats.STEP_PARTS): ms per step, and each part's share of it."""
+    from omnidraft.spec.stats import STEP_PARTS
+
+    names = {"target": "target pass", "sample": "sample/accept"}
+    lines = ["| config | step | " + " | ".join(names.get(p, p) for p in STEP_PARTS) + " |",
+             "|" + "---|" * (len(STEP_PARTS) + 2)]
+    for label, r in results.items():
+        ms, share = r.get("step_ms"), r.get("step_share")
+        if not ms or not ms.get("step"):  # plain llama-cpp-python: no steps of ours to break down
+            continue
+        lines.append(f"| {label} | {ms['step']:.2f} ms | "
+                     + " | ".join(f"{ms[p]:.2f} ms ({share[p]:.0%})" for p in STEP_PARTS) + " |")
     return "\n".join(lines)
 
 

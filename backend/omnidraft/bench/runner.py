@@ -71,7 +71,9 @@ class Tally:
         d = dict(prompts=self.prompts, tokens=st.completion_tokens, gen_s=gen_s, steps=st.target_passes,
                  stop_tokens=st.stop_tokens, proposed=st.proposed, accepted=st.accepted, drafted=self.drafted,
                  ngram_accepted=st.ngram_accepted, draft_s=st.draft_s, translate_s=st.translate_s,
-                 verify_s=st.verify_s, batch_hist=dict(self.batch_hist), draft_pass_hist=dict(self.draft_pass_hist),
+                 verify_s=st.verify_s, target_s=st.target_s, sample_s=st.sample_s, bookkeeping_s=st.bookkeeping_s,
+                 step_s=st.step_s, step_ms=st.step_breakdown()["ms"], step_share=st.step_breakdown()["share"],
+                 batch_hist=dict(self.batch_hist), draft_pass_hist=dict(self.draft_pass_hist),
                  acceptance_rate=st.acceptance_rate, tau=st.tau, tokens_per_s=st.tokens_per_s,
                  ngram_hits_per_step=st.ngram_accepted / st.target_passes if st.target_passes else 0.0,
                  share={k: (v / gen_s if gen_s else 0.0) for k, v in
@@ -126,7 +128,8 @@ class BenchContext:
 
     def peer(self) -> "PeerLlama":
         if self._peer is None:
-            self._peer = PeerLlama(self.session.target.path, self.session.settings.threads)
+            s = self.session.settings
+            self._peer = PeerLlama(self.session.target.path, s.threads, s.gpu_layers)
         return self._peer
 
     def close(self) -> None:
@@ -179,10 +182,11 @@ class PeerLlama:
     greedy or sampled like the run; timed from its first streamed token to its last, the way the
     runner times generation after the prompt."""
 
-    def __init__(self, path, threads: int = 0):
+    def __init__(self, path, threads: int = 0, gpu_layers: int = 0):
         from llama_cpp import Llama
 
-        self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads or None, verbose=False)
+        self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads or None, n_gpu_layers=gpu_layers,
+                         verbose=False)
 
     def generate(self, item: Item, params: GenerationParams) -> Final:
         kw = dict(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,

@@ -119,7 +119,8 @@ def cache_key(target: Engine, draft: Engine | None, max_batch: int) -> str:
         if e is None:
             return "-"
         st = e.path.stat()
-        return f"{e.path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{e.mode}:{e.config.threads()}"
+        gpu = f":gpu{e.config.n_gpu_layers}" if e.config.n_gpu_layers else ""  # CPU-only keys as before
+        return f"{e.path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{e.mode}:{e.config.threads()}{gpu}"
 
     return "|".join((platform.node(), platform.machine(), str(os.cpu_count()), llama_cpp.__version__,
                      one(target), one(draft), str(max_batch)))

@@ -181,14 +181,17 @@ def probe(engine: Engine, max_n: int = 8) -> int:
     return measure(engine, max_n, timing=False).max_identical
 
 
-def load_target(path: Path, n_ctx: int, threads: int, kernels: str, cache: Path) -> tuple[Engine, VerifyPlan]:
+def load_target(path: Path, n_ctx: int, threads: int, kernels: str, cache: Path,
+                gpu_layers: int = 0) -> tuple[Engine, VerifyPlan]:
     """The target in the kernel mode that serves fastest while verifying as allowed, and its plan.
 
     Each mode's fidelity and pass times are measured once per file, build and threads (cached in
     ``cache``).  ``auto`` keeps ``fast`` only where its plan is allowed (bit-identical rows, or
     a tiny bound with the near-tie guard; never Q4_K_M-like argmax flips) and it scores better than
-    ``exact`` (``score``: tokens/s at a nominal acceptance); later starts load the chosen mode directly."""
-    cfg = {m: EngineConfig(n_ctx=n_ctx, n_threads=threads, batch_invariant=m.batch_invariant) for m in KernelMode}
+    ``exact`` (``score``: tokens/s at a nominal acceptance); later starts load the chosen mode directly.
+    ``gpu_layers`` layers go to a GPU build (-1 = all): measured and cached apart from the CPU's."""
+    cfg = {m: EngineConfig(n_ctx=n_ctx, n_threads=threads, batch_invariant=m.batch_invariant, n_gpu_layers=gpu_layers)
+           for m in KernelMode}
     modes = list(KernelMode) if kernels == AUTO else [KernelMode(kernels)]
     fids = {m: lookup(path, cfg[m], m, cache) for m in modes}
     engines: dict[KernelMode, Engine] = {}

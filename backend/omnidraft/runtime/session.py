@@ -40,6 +40,8 @@ class Settings:
     n_ctx: int = field(default=4096, metadata={"help": "context window of the target (tokens)"})
     draft_n_ctx: int = field(default=4096, metadata={"help": "context window of the drafter (tokens)"})
     threads: int = field(default=0, metadata={"help": "CPU threads (0 = all cores)"})
+    gpu_layers: int = field(default=0, metadata={
+        "help": "layers of the target and the drafter offloaded to a GPU build of llama.cpp (-1 = all)"})
     kernels: str = field(default=AUTO, metadata={
         "help": "target kernels: exact (batch-invariant) | fast (repacked weights, f16 KV: verified only where "
                 "measured bit-identical, or with a near-tie guard) | auto (fast where allowed, else exact)"})
@@ -72,7 +74,7 @@ class Session:
         self._bad_versions: set[str] = set()
         self.target, self.plan = invariance.load_target(models.resolve(settings.target), settings.n_ctx,
                                                         settings.threads, settings.kernels,
-                                                        self.state_dir / "invariance.json")
+                                                        self.state_dir / "invariance.json", settings.gpu_layers)
         self.max_verify_batch = self.plan.max_batch
         self._policies: dict[tuple, DraftPolicy] = {}  # (method, policy, k, p_min) -> policy; least recent first
         self._predictors: dict[str, AcceptancePredictor] = {}  # method -> what its policies learn acceptance with
@@ -94,7 +96,8 @@ class Session:
         empty one kept in memory (a second pair beside the session's, e.g. a benchmark's)."""
         s = self.settings
         draft = Engine(models.resolve(name_or_path),
-                       EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.threads, batch_invariant=False))
+                       EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.threads, batch_invariant=False,
+                                    n_gpu_layers=s.gpu_layers))
         bridge = build_bridge(draft, self.target)
         if not persistent:
             cache = NGramCache(bridge.draft_fp, bridge.target_fp)

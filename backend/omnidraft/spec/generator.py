@@ -151,6 +151,7 @@ class Generator:
         steps: list[StepRecord] = []
         t_prev = ids[-1]
         finish = "length"
+        lap = time.perf_counter()  # each step's wall time runs from here to the next step's start
         while len(out) < max_new:
             step, new = self._step(t_prev, len(out), max_new, params, sp, uniforms, rng)
             steps.append(step)
@@ -167,12 +168,19 @@ class Generator:
             marks = [(len(t.token_bytes[tok]), lp) for tok, lp in zip(new, step.logprobs)]
             yield from text.push(t.detokenize(new[:n_acc_text]), True, marks[:n_acc_text])
             yield from text.push(t.detokenize(new[n_acc_text:]), False, marks[n_acc_text:])
+            sync_s = 0.0
             if done or text.stopped:
                 finish = "stop"
+                stats.close_step(step, time.perf_counter() - lap)
                 break
             if self.drafter is not None:
+                a0 = time.perf_counter()
                 self.drafter.accept(step.accepted, new, t.detokenize(new))
+                sync_s = time.perf_counter() - a0
             t_prev = new[-1]
+            now = time.perf_counter()
+            stats.close_step(step, now - lap, sync_s)
+            lap = now
         yield from text.finish()
         stats.completion_tokens = len(out)
         stats.total_s = time.perf_counter() - t0
@@ -188,7 +196,8 @@ class Generator:
 
     def _step(self, t_prev: int, n_out: int, max_new: int, params: GenerationParams, sp: SamplingParams,
               uniforms: np.ndarray, rng: np.random.Generator) -> tuple[StepRecord, list[int]]:
-        """One speculative step: draft -> verify in one target pass -> guard -> rollback -> observe -> record."""
+        """One speculative step: draft -> verify in one target pass -> guard -> rollback -> observe -> record.
+        Its parts are timed at these boundaries (stats.STEP_PARTS); the loop adds its own share after."""
         t = self.target
         s0 = time.perf_counter()
         limit = min(max_new - n_out - 1, t.n_ctx - t.n_past - 2, self.max_draft)
@@ -197,10 +206,12 @@ class Generator:
         v0 = time.perf_counter()
         base, fed = t.n_past, [t_prev] + cands.ids
         logits = t.decode(fed, "all")
+        v1 = time.perf_counter()
         n_acc, nxt = self._verify(cands, logits, params, sp, uniforms[n_out:], rng)
         logits, n_acc, nxt, redecoded = self._guard(fed, base, logits, n_acc, nxt, params, sp, uniforms[n_out:])
         t.rollback(base + 1 + n_acc)  # keep t_prev and the accepted candidates; nxt is decoded next step
-        v_s = time.perf_counter() - v0
+        v2 = time.perf_counter()
+        v_s = v2 - v0
         new = cands.ids[:n_acc] + [nxt]
         judged, judged_acc = draft.judged(cands, n_acc)
         self.policy.observe(StepOutcome(len(cands), n_acc, draft.drafted, v_s, draft.draft_s, judged, judged_acc))
@@ -208,8 +219,13 @@ class Generator:
         topk = [_topk(logits[i], params.record_topk) for i in range(n_acc + 1)] if params.record_topk else []
         lps = [] if params.logprobs is None else [_logprob(t, logits[i], tok, params.logprobs)
                                                   for i, tok in enumerate(new)]
+        s1 = time.perf_counter()
+        # bookkeeping: the policy's choice and the drafter call's own overhead (its window less its drafting and
+        # translation), then observing and recording
+        book = (v0 - s0 - draft.draft_s - draft.translate_s) + (s1 - v2)
         rec = StepRecord(len(cands), n_acc, draft.drafted, sum(ng), sum(ng[:n_acc]), new, draft.draft_s,
-                         draft.translate_s, v_s, time.perf_counter() - s0, topk, redecoded, lps)
+                         draft.translate_s, v_s, s1 - s0, topk, redecoded, lps, target_s=v1 - v0, sample_s=v2 - v1,
+                         bookkeeping_s=book)
         return rec, new
 
     def _draft(self, limit: int) -> Draft:

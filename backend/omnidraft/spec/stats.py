@@ -10,6 +10,13 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
+# Where a speculative step's wall time goes, each part timed at its boundary in the loop (perf_counter):
+# draft = the drafter's passes (and its per-token features), translate = drafter tokens into target ids
+# and the drafter catching up with the target's text, target = the target's verification pass,
+# sample = accepting/sampling from its logits (with the near-tie guard and the KV rollback),
+# bookkeeping = the rest: the policy's choice, records, text out to the consumer.  They sum to the step.
+STEP_PARTS = ("draft", "translate", "target", "sample", "bookkeeping")
+
 
 @dataclass
 class TokenLogprob:
@@ -33,12 +40,15 @@ class StepRecord:
     new_tokens: list[int]
     draft_s: float
     translate_s: float
-    verify_s: float
-    total_s: float
+    verify_s: float  # the target pass and the acceptance: target_s + sample_s
+    total_s: float  # the step's wall time: every part below, and (once the loop closes it) its text and accept
     # per new token: (target ids, probabilities) of the target's top-k at that position, if recorded
     topk: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     redecoded: bool = False  # a guarded kernel mode re-decoded a near-tie one token at a time
     logprobs: list[TokenLogprob] = field(default_factory=list)  # per new token, if params.logprobs is set
+    target_s: float = 0.0  # the target's pass (llama_decode) alone
+    sample_s: float = 0.0  # acceptance or sampling from its rows, the guard's re-decode, the KV rollback
+    bookkeeping_s: float = 0.0  # the policy, records, the loop's text and its consumer
 
 
 @dataclass
@@ -60,6 +70,10 @@ class GenerationStats:
     draft_s: float = 0.0
     translate_s: float = 0.0
     verify_s: float = 0.0
+    target_s: float = 0.0
+    sample_s: float = 0.0
+    bookkeeping_s: float = 0.0
+    step_s: float = 0.0  # the steps' wall time: the sum of the five parts (STEP_PARTS)
     total_s: float = 0.0
     draft_lengths: list[int] = field(default_factory=list)
     guard_redecodes: int = 0  # near-ties re-decoded one token at a time (guarded kernel mode only)
@@ -100,8 +114,31 @@ class GenerationStats:
         self.draft_s += step.draft_s
         self.translate_s += step.translate_s
         self.verify_s += step.verify_s
+        self.target_s += step.target_s
+        self.sample_s += step.sample_s
+        self.bookkeeping_s += step.bookkeeping_s
+        self.step_s += step.total_s
         self.draft_lengths.append(step.proposed)
         self.guard_redecodes += step.redecoded
+
+    def close_step(self, step: StepRecord, wall_s: float, sync_s: float = 0.0) -> None:
+        """The loop's end of a counted step: ``wall_s`` from the step's start to the next one's, of which the
+        loop after ``Generator._step`` took what the record lacks; ``sync_s`` of that was the drafter catching
+        up with the target's text (translate), the rest bookkeeping.  Into the record and these sums."""
+        tail = wall_s - step.total_s
+        for obj in (step, self):
+            obj.translate_s += sync_s
+            obj.bookkeeping_s += tail - sync_s
+        step.total_s = wall_s
+        self.step_s += tail
+
+    def step_breakdown(self) -> dict:
+        """Per step: ``ms`` of each part (STEP_PARTS, and ``step``, their sum) and each part's ``share`` of it."""
+        n, total = self.target_passes, self.step_s
+        parts = {p: getattr(self, f"{p}_s") for p in STEP_PARTS}
+        return {"ms": {**{p: v * 1e3 / n if n else 0.0 for p, v in parts.items()},
+                       "step": total * 1e3 / n if n else 0.0},
+                "share": {p: v / total if total else 0.0 for p, v in parts.items()}}
 
     def add(self, other: GenerationStats) -> GenerationStats:
         """Sum another answer's counts and seconds into these (every int and float field); the per-answer

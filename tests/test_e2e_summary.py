@@ -1,0 +1,49 @@
+"""The end-to-end sweep's pieces that need no model (issue 28): prompt-set snapshots load as the sets they were
+cut from, and bench.e2e folds each place's runs (and its upstream build's peer run) into one row."""
+
+import json
+
+from omnidraft.bench import e2e, prompts
+
+
+def test_a_snapshot_is_the_sets_first_held_out_items(tmp_path):
+    path = prompts.export("humaneval", 3, tmp_path)
+    snap, full = prompts.load(str(path)), prompts.load("humaneval")
+    assert snap.name == "humaneval" and snap.split("heldout") == full.split("heldout")[:3]
+    assert "snapshot humaneval.json" in snap.source and snap.licence == full.licence
+
+
+def _result(tok_s, **kw):
+    return {"tokens_per_s": tok_s, "tau": kw.pop("tau", 1.0), "method": kw.pop("method", "target"),
+            "policy": kw.pop("policy", "fixed"), "k": kw.pop("k", 0), **kw}
+
+
+def _write(path, target, results, machine="xeon"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    run = {"target": target, "set": {"name": "humaneval"}, "kernels": {"mode": "fast"}, "max_verify_batch": 8,
+           "threads": 4, "gpu_layers": 0, "results": results}
+    path.write_text(json.dumps({"machine": {"cpu": machine}, "runs": [run]}))
+
+
+def test_the_summary_takes_the_peer_from_the_upstream_build_of_the_same_place(tmp_path):
+    step = {"ms": {"draft": 1.0, "translate": 0.5, "target": 6.0, "sample": 0.3, "bookkeeping": 0.2, "step": 8.0},
+            "share": {"draft": 0.125, "translate": 0.0625, "target": 0.75, "sample": 0.0375, "bookkeeping": 0.025}}
+    _write(tmp_path / "cpu4" / "a.json", "t", {
+        "target": _result(40.0, same_output_as_target=True),
+        "omnidraft k=2": _result(50.0, method="omnidraft", k=2, speedup=1.25, tau=1.8, same_output_as_target=True),
+        "omnidraft adaptive": _result(60.0, method="omnidraft", k=4, policy="cost", speedup=1.5, tau=2.1,
+                                      predicted_speedup=1.4, same_output_as_target=True, step_ms=step["ms"],
+                                      step_share=step["share"], policy_stats={"draft_lengths": {"0": 2, "3": 9}})})
+    _write(tmp_path / "cpu4-upstream" / "b.json", "t", {
+        "target": _result(30.0, same_output_as_target=True),
+        "llama-cpp-python": _result(20.0, method="llama-cpp-python", same_output_as_target=None)})
+    md, js = e2e.summarize(tmp_path)
+    rows = json.loads(js.read_text())["rows"]
+    assert len(rows) == 1  # the upstream place is folded into its base place
+    r = rows[0]
+    assert (r["place"], r["peer_tok_s"], r["peer_build"], r["upstream_target_tok_s"]) == ("cpu4", 20.0, "upstream", 30.0)
+    assert r["default_speedup"] == 1.5 and r["default_vs_peer"] == 3.0 and r["fixed"]["2"]["speedup"] == 1.25
+    assert r["cost_choices"] == {"0": 2, "3": 9} and r["same_output"] is True
+    text = md.read_text()
+    assert "| cpu4 | t | humaneval | 20.0 | 40.0 | 60.0 | 1.50x | 3.00x | 1.40x | 1.25x | 2.10 | 0: 2, 3: 9 |" in text
+    assert "8.00: 1.00 / 0.50 / 6.00 / 0.30 / 0.20" in text
