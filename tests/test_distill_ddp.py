@@ -238,3 +238,26 @@ def test_head_topk_in_row_chunks_equals_all_rows_at_once():
     assert (i1 == want_i.numpy()).all() and np.allclose(v1, want_v.exp().numpy(), atol=1e-6)
     v0, i0 = _head_topk(head, h[:0], 4, chunk=3)
     assert v0.shape == (0, 4) and i0.shape == (0, 4)
+
+
+def test_device_pipeline_script_runs_end_to_end_on_cpu_ranks(tiny_llama, tmp_path):
+    """scripts/distill_device.sh's whole `pipeline` (teacher, drafter, scaling runs, meta), detached with `bg`
+    and followed with `wait` as on the GPU machine, on 2 gloo ranks: a script error found here costs no device
+    time (three device runs were lost to the steps around the code, not to the code)."""
+    w = tmp_path / "w"
+    w.mkdir()
+    _tiny_texts(w / "texts.npz", 32000, n_texts=16, n_prompts=8)
+    env = dict(os.environ, W=str(w), SITE=str(tmp_path / "site"), QWEN=str(tiny_llama), SMOL=str(tiny_llama),
+               INIT=str(tiny_llama), DEV="cpu", NPROC="2", MICRO="256", TRAIN_MIN="0.2", SCALE_STEPS="2",
+               CHOICE="first1", PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    script = str(ROOT / "scripts" / "distill_device.sh")
+    subprocess.run(["bash", script, "bg", "dry", "pipeline"], cwd=ROOT, env=env, check=True, timeout=30)
+    res = subprocess.run(["bash", script, "wait", "dry", "240", "[pipeline] all done"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    log = (w / "dry.log").read_text()
+    assert "[pipeline] all done" in log, res.stdout[-3000:]
+    out = w / "out-dry"
+    assert {p.name for p in (out / "final").iterdir()} >= {"history.json", "trained-00.npz"}
+    for n in (1, 2):
+        assert json.loads((out / f"scale-{n}" / "history.json").read_text())["world"] == n
+    assert (out / "meta.tgz").stat().st_size > 0
