@@ -75,8 +75,8 @@ prepare() {  # here
     "$cache/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$DRAFTER_FILE"
   du -sh "$CARRY" .devxfer/e2e
   if git ls-files --error-unmatch "$DRAFTER_FILE" >/dev/null 2>&1; then
-    echo "NOTE: $DRAFTER_FILE is tracked (49.6 MB of every call): for the session, git rm --cached it and list it" \
-         "in .git/info/exclude, so that a part fits beside the tree; git add -f it afterwards (docs/DEVICE.md)"
+    echo "NOTE: $DRAFTER_FILE is tracked (48 MiB of every call): 'bash scripts/device_tree.sh light' for the" \
+         "session, so that a part fits beside the tree; 'restore' afterwards (docs/DEVICE.md)"
   fi
 }
 
