@@ -1,0 +1,184 @@
+"""The offline sweep behind ``omnidraft adapt``'s update settings (issue 26; BENCHMARKS.md section 2).
+
+Two steps, each one process under the machine's CPU lock:
+
+    python scripts/adapt_lab.py records --out /tmp/lab --n-stream 64      # the target's records, once
+    python scripts/adapt_lab.py train --out /tmp/lab --configs full-1e-4,lora32-2e-4 --interval 16
+
+``records`` generates (greedy; the text, and so each record, is the target's whichever drafter drafts) the
+JavaScript stream's records, the held-out records of JavaScript, Python code and chat, and the replay pool
+(Python code and chat from the stream splits), as JSON lines.  ``train`` replays the stream into the
+trainer's own update code (``trainer.update.train_pass``), ``interval`` records an update, and after each
+update scores the drafter on every held-out set by its teacher-forced top-1 agreement with the record's
+labels (the token a greedy draft must hit to be accepted) and by the trainer's loss, in torch: seconds, not
+an acceptance run.  The chosen point is then measured end to end by ``omnidraft adapt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+
+SETS = {  # name -> (prompt set, split)
+    "js-stream": ("javascript", "stream"), "js-heldout": ("javascript", "heldout"),
+    "py-heldout": ("stdlib-code", "heldout"), "chat-heldout": ("chat", "heldout"),
+    "py-replay": ("stdlib-code", "stream"), "chat-replay": ("chat", "stream"),
+}
+
+
+def cmd_records(args) -> None:
+    from omnidraft.apps.adapt import prompt_input
+    from omnidraft.bench import prompts
+    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.online.records import build_record
+    from omnidraft.runtime.session import Session, Settings
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {"js-stream": args.n_stream, "js-heldout": args.n_heldout, "py-heldout": args.n_heldout,
+              "chat-heldout": args.n_heldout, "py-replay": args.n_replay, "chat-replay": args.n_replay}
+    session = Session(Settings(target=args.target, draft=args.draft, threads=args.threads)).warm_up()
+    try:
+        for name in args.sets.split(","):
+            n, (set_name, split) = counts[name], SETS[name]
+            items = prompts.load(set_name).split(split)[:n]
+            t0 = time.perf_counter()
+            with open(out / f"{name}.jsonl", "w") as fh:
+                for it in items:
+                    gen = session.generator()
+                    pin = prompt_input(gen, (it.prompt, it.chat))
+                    final = gen.generate(pin, GenerationParams(max_tokens=args.max_tokens, record_topk=8))
+                    rec = build_record(final, pin, session.pair, gen.method, "base")
+                    rec["prompt_item"] = it.id
+                    fh.write(json.dumps(rec) + "\n")
+            print(f"{name}: {len(items)} records in {time.perf_counter() - t0:.0f} s", flush=True)
+    finally:
+        session.close()
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def agreement(model, records: list[dict], lam: float) -> dict:
+    """Teacher-forced top-1 agreement with the labels over every output position, and the hybrid loss."""
+    import torch
+
+    from omnidraft.trainer.loss import batch_from_record, output_loss
+
+    hit = n = 0
+    losses = []
+    model.eval()
+    with torch.no_grad():
+        for rec in records:
+            b = batch_from_record(rec)
+            rows = model(input_ids=b.input_ids[None], logits_to_keep=b.pos).logits[0]
+            hit += int((rows.argmax(-1) == b.labels).sum())
+            n += len(b.labels)
+            losses.append(output_loss(rows, b, lam)[1]["loss"])
+    return {"top1": hit / max(n, 1), "positions": n, "loss": sum(losses) / max(len(losses), 1)}
+
+
+def parse_config(spec: str, base):
+    """'full-1e-4', 'full-1e-4-e2-p0.5-r0.5', 'lora32-2e-4', '...-emb': mode, lr, epochs, prompt weight,
+    replay ratio, trained embedding."""
+    parts = spec.split("-")
+    mode, lr = parts[0], float(parts[1] + ("-" + parts[2] if parts[1].endswith("e") else ""))
+    rest = parts[3:] if parts[1].endswith("e") else parts[2:]
+    cfg = replace(base, lora_rank=int(mode[4:]) if mode.startswith("lora") else 0, lr=lr)
+    for p in rest:
+        if p.startswith("e"):
+            cfg = replace(cfg, epochs=int(p[1:]))
+        elif p.startswith("p"):
+            cfg = replace(cfg, prompt_lam=float(p[1:]))
+        elif p.startswith("r"):
+            cfg = replace(cfg, replay_ratio=float(p[1:]))
+        elif p == "emb":
+            cfg = replace(cfg, train_embeddings=True)
+        else:
+            raise ValueError(f"unknown config part {p!r} in {spec!r}")
+    return cfg
+
+
+def run_config(spec: str, base_model, data: dict, replay: list[dict], args) -> dict:
+    import torch
+
+    from omnidraft.trainer.model import merged
+    from omnidraft.trainer.service import TrainerConfig
+    from omnidraft.trainer.update import train_pass
+
+    cfg = parse_config(spec, TrainerConfig(lam=args.lam, max_len=args.max_len))
+    torch.manual_seed(0)
+    model = copy.deepcopy(base_model)
+    stream = data["js-stream"][: args.n_stream]
+    points = []
+    for u in range(0, len(stream), args.interval):
+        rows = list(enumerate(stream[u: u + args.interval], u))
+        t0 = time.perf_counter()
+        done = train_pass(model, rows, replay if cfg.replay_ratio > 0 else [], cfg, seed=u // args.interval + 1)
+        model = merged(done.model)
+        secs = time.perf_counter() - t0
+        pt = {"prompts": u + len(rows), "train_s": round(secs, 1), "steps": len(done.losses),
+              **{k: agreement(model, v, cfg.lam) for k, v in data.items() if k.endswith("heldout")}}
+        points.append(pt)
+        print(spec, _line(pt), flush=True)
+    return {"config": spec, "points": points}
+
+
+def _line(pt: dict) -> str:
+    sets = " ".join(f"{k.split('-')[0]} {100 * v['top1']:.1f}% ({v['loss']:.3f})" for k, v in pt.items()
+                    if isinstance(v, dict))
+    return f"after {pt['prompts']:3d}: {sets}  [{pt['steps']} steps, {pt.get('train_s', 0)} s]"
+
+
+def cmd_train(args) -> None:
+    import torch
+
+    from omnidraft.assets import models
+    from omnidraft.trainer.model import load_gguf_model
+
+    torch.set_num_threads(args.threads)
+    lab = Path(args.out)
+    data = {name: read(lab / f"{name}.jsonl") for name in SETS if (lab / f"{name}.jsonl").is_file()}
+    replay = data.pop("py-replay", []) + data.pop("chat-replay", [])
+    base = load_gguf_model(models.resolve(args.draft))
+    results = {"base": {k: agreement(base, v, args.lam) for k, v in data.items() if k.endswith("heldout")}}
+    print("base", _line({"prompts": 0, "steps": 0, **results["base"]}), flush=True)
+    results["runs"] = [run_config(spec, base, data, replay, args) for spec in args.configs.split(",")]
+    path = lab / f"train-{time.strftime('%H%M%S')}.json"
+    path.write_text(json.dumps({"args": vars(args), **results}, indent=1))
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("records")
+    r.add_argument("--target", default="qwen2.5-coder-0.5b")
+    r.add_argument("--n-stream", type=int, default=64)
+    r.add_argument("--n-heldout", type=int, default=16)
+    r.add_argument("--n-replay", type=int, default=16)
+    r.add_argument("--max-tokens", type=int, default=64)
+    r.add_argument("--sets", default=",".join(SETS))
+    t = sub.add_parser("train")
+    t.add_argument("--configs", default="lora32-2e-4,full-1e-4")
+    t.add_argument("--interval", type=int, default=16)
+    t.add_argument("--n-stream", type=int, default=64)
+    t.add_argument("--lam", type=float, default=0.2)
+    t.add_argument("--max-len", type=int, default=1024)
+    for p in (r, t):
+        p.add_argument("--out", required=True)
+        p.add_argument("--draft", default="smollm2-135m-d8-qwen")
+        p.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    {"records": cmd_records, "train": cmd_train}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
