@@ -85,21 +85,23 @@ def agreement(model, records: list[dict], lam: float) -> dict:
 
 
 def parse_config(spec: str, base):
-    """'full-1e-4', 'full-1e-4-e2-p0.5-r0.5', 'lora32-2e-4', '...-emb': mode, lr, epochs, prompt weight,
-    replay ratio, trained embedding."""
+    """'full-1e-4', 'full-1e-4-e2-p0.5-r0.5-l1', 'lora32-2e-4', '...-emb': mode, lr, epochs, prompt weight,
+    replay ratio, lambda, trained embedding."""
     parts = spec.split("-")
     mode, lr = parts[0], float(parts[1] + ("-" + parts[2] if parts[1].endswith("e") else ""))
     rest = parts[3:] if parts[1].endswith("e") else parts[2:]
     cfg = replace(base, lora_rank=int(mode[4:]) if mode.startswith("lora") else 0, lr=lr)
     for p in rest:
-        if p.startswith("e"):
+        if p == "emb":
+            cfg = replace(cfg, train_embeddings=True)
+        elif p.startswith("e"):
             cfg = replace(cfg, epochs=int(p[1:]))
         elif p.startswith("p"):
             cfg = replace(cfg, prompt_lam=float(p[1:]))
+        elif p.startswith("l"):
+            cfg = replace(cfg, lam=float(p[1:]))
         elif p.startswith("r"):
             cfg = replace(cfg, replay_ratio=float(p[1:]))
-        elif p == "emb":
-            cfg = replace(cfg, train_embeddings=True)
         else:
             raise ValueError(f"unknown config part {p!r} in {spec!r}")
     return cfg
@@ -123,11 +125,41 @@ def run_config(spec: str, base_model, data: dict, replay: list[dict], args) -> d
         done = train_pass(model, rows, replay if cfg.replay_ratio > 0 else [], cfg, seed=u // args.interval + 1)
         model = merged(done.model)
         secs = time.perf_counter() - t0
-        pt = {"prompts": u + len(rows), "train_s": round(secs, 1), "steps": len(done.losses),
-              **{k: agreement(model, v, cfg.lam) for k, v in data.items() if k.endswith("heldout")}}
+        pt = {"prompts": u + len(rows), "train_s": round(secs, 1), "steps": len(done.losses)}
+        if pt["prompts"] % args.eval_every == 0 or pt["prompts"] >= len(stream):
+            pt.update({k: agreement(model, v, cfg.lam) for k, v in data.items() if k.endswith("heldout")})
         points.append(pt)
         print(spec, _line(pt), flush=True)
+    if args.save:
+        from omnidraft import models
+        from omnidraft.trainer.export import export_gguf
+
+        path = Path(args.save) / f"{spec}.gguf"
+        export_gguf(model, path, models.resolve(args.draft), "q8_0", threads=args.threads)
+        print(f"saved {path}", flush=True)
     return {"config": spec, "points": points}
+
+
+def cmd_accept(args) -> None:
+    """Held-out acceptance and tau (``adapt.evaluate``: greedy, fixed k, frozen empty n-gram cache) per GGUF."""
+    from omnidraft.adapt import evaluate
+    from omnidraft.bench import prompts
+    from omnidraft.session import Session, Settings
+
+    session = Session(Settings(target=args.target, draft=args.draft, threads=args.threads,
+                               state_dir=str(Path(args.out) / "state"))).warm_up()
+    empty = copy.deepcopy(session.pair.cache)
+    sets = {name: [(i.prompt, i.chat) for i in prompts.load(name).split("heldout")[: args.n]]
+            for name in args.sets.split(",")}
+    try:
+        for gguf in args.ggufs:
+            session.load_drafter(gguf)
+            for name, items in sets.items():
+                ev = evaluate(session, items, args.max_tokens, args.k, empty)
+                print(f"{Path(gguf).stem:32s} {name:12s} acceptance {100 * ev['acceptance']:.1f}% "
+                      f"({ev['accepted']}/{ev['proposed']}) tau {ev['tau']:.3f} ({ev['seconds']:.0f} s)", flush=True)
+    finally:
+        session.close()
 
 
 def _line(pt: dict) -> str:
@@ -170,14 +202,23 @@ def main() -> None:
     t.add_argument("--interval", type=int, default=16)
     t.add_argument("--n-stream", type=int, default=64)
     t.add_argument("--lam", type=float, default=0.2)
+    t.add_argument("--eval-every", type=int, default=16, help="score the held-out sets every this many prompts")
     t.add_argument("--max-len", type=int, default=1024)
-    for p in (r, t):
+    t.add_argument("--save", default="", help="export each config's final drafter here (q8_0 GGUF)")
+    a = sub.add_parser("accept")
+    a.add_argument("ggufs", nargs="+")
+    a.add_argument("--target", default="qwen2.5-coder-0.5b:q4_0_pure")
+    a.add_argument("--sets", default="javascript,stdlib-code,chat")
+    a.add_argument("--n", type=int, default=16)
+    a.add_argument("--max-tokens", type=int, default=64)
+    a.add_argument("-k", type=int, default=4)
+    for p in (r, t, a):
         p.add_argument("--out", required=True)
         p.add_argument("--draft", default="smollm2-135m-d8-qwen")
         p.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    {"records": cmd_records, "train": cmd_train}[args.cmd](args)
+    {"records": cmd_records, "train": cmd_train, "accept": cmd_accept}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -106,6 +106,8 @@ class TrainerConfig:
     replay: str = field(default="", metadata={"help": "records of the old domains (JSON lines) replayed in every "
                                                       "update so that they are not forgotten ('' = none)"})
     replay_ratio: float = field(default=0.5, metadata={"help": "replay steps per new record in an update"})
+    precision: str = field(default="auto", metadata={"help": "training products: auto (bf16 where the CPU has it "
+                                                             "natively, else f32) | bf16 | f32"})
     qtype: str = field(default="", metadata={"help": "quantization of published drafters (default: the base's)"})
     keep: int = field(default=5, metadata={"help": "published versions kept on disk"})
     check_tokens: int = field(default=16, metadata={"help": "tokens compared torch vs llama.cpp before publishing"})

