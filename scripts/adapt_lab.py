@@ -131,7 +131,7 @@ def run_config(spec: str, base_model, data: dict, replay: list[dict], args) -> d
         points.append(pt)
         print(spec, _line(pt), flush=True)
     if args.save:
-        from omnidraft import models
+        from omnidraft.assets import models
         from omnidraft.trainer.export import export_gguf
 
         path = Path(args.save) / f"{spec}.gguf"
@@ -142,9 +142,9 @@ def run_config(spec: str, base_model, data: dict, replay: list[dict], args) -> d
 
 def cmd_accept(args) -> None:
     """Held-out acceptance and tau (``adapt.evaluate``: greedy, fixed k, frozen empty n-gram cache) per GGUF."""
-    from omnidraft.adapt import evaluate
+    from omnidraft.apps.adapt import evaluate
     from omnidraft.bench import prompts
-    from omnidraft.session import Session, Settings
+    from omnidraft.runtime.session import Session, Settings
 
     session = Session(Settings(target=args.target, draft=args.draft, threads=args.threads,
                                state_dir=str(Path(args.out) / "state"))).warm_up()
@@ -168,6 +168,23 @@ def _line(pt: dict) -> str:
     return f"after {pt['prompts']:3d}: {sets}  [{pt['steps']} steps, {pt.get('train_s', 0)} s]"
 
 
+def forward_kl(logits, topk_ids, topk_probs, rest):
+    """KL(p || q') over the same coarse partition as the trainer's reverse KL (an experiment: --forward-kl)."""
+    import torch
+
+    from omnidraft.trainer.loss import EPS
+
+    logq = torch.log_softmax(logits.float(), dim=-1)
+    valid = topk_ids >= 0
+    idx = topk_ids.clamp(min=0)
+    p = topk_probs.clamp(min=EPS) * valid
+    kl_s = (p * (torch.log(topk_probs.clamp(min=EPS)) - torch.gather(logq, 1, idx))).sum(-1)
+    in_s = torch.zeros_like(logq).scatter_add(1, idx, valid.to(logq.dtype)) > 0
+    logq_rest = torch.logsumexp(logq.masked_fill(in_s, float("-inf")), dim=-1)
+    r = rest.clamp(min=EPS)
+    return kl_s + r * (torch.log(r) - logq_rest)
+
+
 def cmd_train(args) -> None:
     import torch
 
@@ -175,6 +192,10 @@ def cmd_train(args) -> None:
     from omnidraft.trainer.model import load_gguf_model
 
     torch.set_num_threads(args.threads)
+    if args.forward_kl:
+        import omnidraft.trainer.loss as loss_mod
+
+        loss_mod.dm_reverse_kl = forward_kl
     lab = Path(args.out)
     data = {name: read(lab / f"{name}.jsonl") for name in SETS if (lab / f"{name}.jsonl").is_file()}
     replay = data.pop("py-replay", []) + data.pop("chat-replay", [])
@@ -204,6 +225,7 @@ def main() -> None:
     t.add_argument("--lam", type=float, default=0.2)
     t.add_argument("--eval-every", type=int, default=16, help="score the held-out sets every this many prompts")
     t.add_argument("--max-len", type=int, default=1024)
+    t.add_argument("--forward-kl", action="store_true", help="experiment: forward KL in place of L_DM's reverse KL")
     t.add_argument("--save", default="", help="export each config's final drafter here (q8_0 GGUF)")
     a = sub.add_parser("accept")
     a.add_argument("ggufs", nargs="+")
