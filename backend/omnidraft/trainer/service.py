@@ -96,10 +96,10 @@ class TrainerConfig:
     lam: float = field(default=0.2, metadata={"help": "lambda: weight of the n-gram NLL term"})
     lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    lora_rank: int = field(default=32, metadata={"help": "LoRA rank; 0 = full fine-tuning"})
+    lora_rank: int = field(default=0, metadata={"help": "LoRA rank; 0 = full fine-tuning of the layers"})
     max_len: int = field(default=1024, metadata={"help": "tokens per training sequence (prompt cut from the left)"})
-    epochs: int = field(default=1, metadata={"help": "passes over each update's new records"})
-    prompt_lam: float = field(default=0.0, metadata={"help": "weight of the prompt's teacher-forced NLL (0 = the "
+    epochs: int = field(default=3, metadata={"help": "passes over each update's new records"})
+    prompt_lam: float = field(default=0.5, metadata={"help": "weight of the prompt's teacher-forced NLL (0 = the "
                                                              "paper's loss: outputs only)"})
     train_embeddings: bool = field(default=False, metadata={"help": "full fine-tuning: train the token embedding "
                                                                     "(and tied head) too, not only the layers"})

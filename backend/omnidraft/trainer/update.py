@@ -108,7 +108,10 @@ def train_pass(model, rows: list[tuple[int, dict]], replay: list[dict], cfg, see
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     done = Pass(model=model)
     steps = schedule(rows, replay, cfg.epochs, cfg.replay_ratio if replay else 0.0, seed)
-    for i, (seq, rec) in enumerate(steps):
+    failed: set[int] = set()  # a record that failed a step is not tried again in a later epoch
+    for seq, rec in steps:
+        if seq in failed:
+            continue
         why = _step(model, opt, params, rec, cfg, L)
         if why is None:  # nothing to learn from (a generation that stopped at once)
             continue
@@ -120,6 +123,7 @@ def train_pass(model, rows: list[tuple[int, dict]], replay: list[dict], cfg, see
                 done.replayed += 1
             continue
         reason, fatal = why
+        failed.add(seq)
         if seq >= 0:
             done.bad.append((seq, rec["id"], reason))
         else:
