@@ -98,6 +98,8 @@ def parse_config(spec: str, base):
             cfg = replace(cfg, epochs=int(p[1:]))
         elif p.startswith("p"):
             cfg = replace(cfg, prompt_lam=float(p[1:]))
+        elif p.startswith("h"):  # hR: the newest 64 records of earlier updates, R steps per new record
+            cfg = replace(cfg, recent=64, recent_ratio=float(p[1:]))
         elif p.startswith("l"):
             cfg = replace(cfg, lam=float(p[1:]))
         elif p.startswith("r"):
@@ -122,7 +124,9 @@ def run_config(spec: str, base_model, data: dict, replay: list[dict], args) -> d
     for u in range(0, len(stream), args.interval):
         rows = list(enumerate(stream[u: u + args.interval], u))
         t0 = time.perf_counter()
-        done = train_pass(model, rows, replay if cfg.replay_ratio > 0 else [], cfg, seed=u // args.interval + 1)
+        recent = stream[max(0, u - cfg.recent): u] if cfg.recent else []
+        done = train_pass(model, rows, replay if cfg.replay_ratio > 0 else [], cfg, seed=u // args.interval + 1,
+                          recent=recent)
         model = merged(done.model)
         secs = time.perf_counter() - t0
         pt = {"prompts": u + len(rows), "train_s": round(secs, 1), "steps": len(done.losses)}

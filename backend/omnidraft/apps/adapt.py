@@ -93,8 +93,11 @@ class AdaptConfig:
     lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     lam: float = field(default=0.2, metadata={"help": "lambda: weight of the n-gram NLL term"})
     lora_rank: int = field(default=0, metadata={"help": "LoRA rank; 0 = full fine-tuning of the layers"})
-    epochs: int = field(default=3, metadata={"help": "passes over each update's new records"})
+    epochs: int = field(default=2, metadata={"help": "passes over each update's new records"})
     prompt_lam: float = field(default=0.5, metadata={"help": "weight of the prompt's teacher-forced NLL"})
+    recent: int = field(default=64, metadata={"help": "records of earlier updates each update draws from (the "
+                                                      "new domain's own history; 0 = none)"})
+    recent_ratio: float = field(default=1.0, metadata={"help": "steps on those per new record in an update"})
     n_replay: int = field(default=16, metadata={"help": "replay records per old domain (from its stream split)"})
     replay_ratio: float = field(default=0.5, metadata={"help": "replay steps per new record in an update"})
     qtype: str = field(default="q8_0", metadata={"help": "quantization of published drafters ('' = the base's)"})
@@ -113,7 +116,8 @@ class AdaptConfig:
         """``omnidraft trainer serve`` flags for these settings."""
         opts = {"--base": base, "--interval": self.interval, "--lam": self.lam, "--lr": self.lr,
                 "--lora-rank": self.lora_rank, "--epochs": self.epochs, "--prompt-lam": self.prompt_lam,
-                "--replay-ratio": self.replay_ratio, "--qtype": self.qtype, "--threads": threads,
+                "--replay-ratio": self.replay_ratio, "--recent": self.recent, "--recent-ratio": self.recent_ratio,
+                "--qtype": self.qtype, "--threads": threads,
                 "--replay": replay or ""}
         return [str(x) for kv in opts.items() for x in kv]
 

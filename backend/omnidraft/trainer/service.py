@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 
 
 # the settings that shape an update, recorded with each published version
-_UPDATE_FIELDS = ("lam", "lr", "lora_rank", "max_len", "epochs", "prompt_lam", "train_embeddings", "replay_ratio")
+_UPDATE_FIELDS = ("lam", "lr", "lora_rank", "max_len", "epochs", "prompt_lam", "train_embeddings", "replay_ratio",
+                  "recent", "recent_ratio")
 HISTORY = 100  # updates kept in memory for /v1/status
 MAX_ERRORS = 20  # record errors listed in one 400 answer
 RETRY_MIN_S, RETRY_MAX_S = 5.0, 600.0  # a failing update is tried again after 5 s, 10 s, ... at most 10 min
@@ -106,6 +107,9 @@ class TrainerConfig:
     replay: str = field(default="", metadata={"help": "records of the old domains (JSON lines) replayed in every "
                                                       "update so that they are not forgotten ('' = none)"})
     replay_ratio: float = field(default=0.5, metadata={"help": "replay steps per new record in an update"})
+    recent: int = field(default=0, metadata={"help": "records of earlier updates (the newest) drawn from in "
+                                                   "each update"})
+    recent_ratio: float = field(default=1.0, metadata={"help": "steps on those per new record in an update"})
     precision: str = field(default="auto", metadata={"help": "training products: auto (bf16 where the CPU has it "
                                                              "natively, else f32) | bf16 | f32"})
     qtype: str = field(default="", metadata={"help": "quantization of published drafters (default: the base's)"})
@@ -291,9 +295,10 @@ class Trainer:
         """This update's steps (``update.train_pass``); replay records that failed a step leave the pool."""
         from .update import train_pass
 
-        done = train_pass(self.model, rows, self.replay, self.cfg, seed=self.updates + 1)
-        for j in sorted(set(done.bad_replay), reverse=True):
-            del self.replay[j]
+        recent = [r for _, r in self.inbox.recent_trained(self.cfg.recent)] if self.cfg.recent > 0 else []
+        done = train_pass(self.model, rows, self.replay, self.cfg, seed=self.updates + 1, recent=recent)
+        for j in sorted({j for j in done.bad_replay if j < len(self.replay)}, reverse=True):
+            del self.replay[j]  # (a recent record that fails is only skipped: it trained once already)
         return done
 
     def _quarantine(self, bad: list[tuple[int, str, str]]) -> None:

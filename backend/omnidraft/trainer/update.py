@@ -1,7 +1,8 @@
 """One update's training: the new records, ``epochs`` passes, with replayed old-domain records between them.
 
-    steps = epochs x (the new records, shuffled) + round(replay_ratio x new records) replay steps per epoch,
-            spread evenly among them; one AdamW step per record, L = L_DM + lam L_N-gram + prompt_lam L_prompt
+    steps = epochs x (the new records, shuffled) + per epoch round(replay_ratio x new records) replay steps and
+            round(recent_ratio x new records) steps on records of earlier updates, spread evenly among them;
+            one AdamW step per record, L = L_DM + lam L_N-gram + prompt_lam L_prompt
 
 Full fine-tuning (``lora_rank`` 0) trains the transformer layers and norms: a small distilled drafter has few
 weights to spare, and a LoRA of rank 32 at lr 2e-4 hardly moved one (issue 26).  The token embedding (tied to
@@ -34,7 +35,7 @@ class Pass:
     losses: list[float] = field(default_factory=list)  # every step taken (new and replayed records)
     new_losses: list[float] = field(default_factory=list)  # the steps on new records
     bad: list[tuple[int, str, str]] = field(default_factory=list)  # (seq, record id, reason): to quarantine
-    bad_replay: list[int] = field(default_factory=list)  # replay pool indices that failed a step
+    bad_replay: list[int] = field(default_factory=list)  # replay (then recent) pool indices that failed a step
     discard: bool = False  # a step left non-finite weights: the whole pass is thrown away
     model: object = None  # the model trained (with its LoRA adapter, not merged)
     replayed: int = 0  # replay steps taken
@@ -58,25 +59,30 @@ def load_replay(path: str | Path, n_vocab: int, fp: str) -> list[dict]:
     return good
 
 
-def schedule(rows: list[tuple[int, dict]], replay: list[dict], epochs: int, ratio: float, seed: int) -> list[Step]:
-    """The update's steps in order: each epoch the new records shuffled, replay steps spread evenly among
-    them (drawn from the pool in a seeded order, each record once before any repeats)."""
+Pool = tuple[list[dict], float]  # (records, steps drawn from them per new record and pass)
+
+
+def schedule(rows: list[tuple[int, dict]], pools: list[Pool], epochs: int, seed: int) -> list[Step]:
+    """The update's steps in order: each pass the new records shuffled, every pool's steps spread evenly among
+    them (drawn in a seeded order, each record once before any repeats).  A pool record's step carries
+    ``-1 - i``, ``i`` its index in the pools laid end to end."""
     rng = random.Random(seed)
-    order = list(range(len(replay)))
-    rng.shuffle(order)
+    offsets = [sum(len(r) for r, _ in pools[:p]) for p in range(len(pools))]
+    orders = [rng.sample(range(len(r)), len(r)) for r, _ in pools]
+    drawn = [0] * len(pools)
     steps: list[Step] = []
-    drawn = 0
     for _ in range(max(1, epochs)):
         new = list(rows)
         rng.shuffle(new)
-        n_rep = round(ratio * len(new)) if replay else 0
-        taken = 0
+        due = [round(ratio * len(new)) if recs else 0 for recs, ratio in pools]
+        taken = [0] * len(pools)
         for i, row in enumerate(new):
             steps.append(row)
-            while taken < (i + 1) * n_rep // len(new):  # the replay steps due after new record i
-                j = order[drawn % len(order)]
-                steps.append((-1 - j, replay[j]))
-                drawn, taken = drawn + 1, taken + 1
+            for p, (recs, _) in enumerate(pools):
+                while taken[p] < (i + 1) * due[p] // len(new):  # pool p's steps due after new record i
+                    j = orders[p][drawn[p] % len(recs)]
+                    steps.append((-1 - offsets[p] - j, recs[j]))
+                    drawn[p], taken[p] = drawn[p] + 1, taken[p] + 1
     return steps
 
 
@@ -97,8 +103,11 @@ def _is_embedding(name: str) -> bool:
     return "embed_tokens" in name or "lm_head" in name
 
 
-def train_pass(model, rows: list[tuple[int, dict]], replay: list[dict], cfg, seed: int) -> Pass:
-    """One update's steps (``schedule``) on ``model`` with the settings of a ``TrainerConfig``."""
+def train_pass(model, rows: list[tuple[int, dict]], replay: list[dict], cfg, seed: int,
+               recent: list[dict] = ()) -> Pass:
+    """One update's steps (``schedule``) on ``model`` with the settings of a ``TrainerConfig``: the new records,
+    the old domains' ``replay`` records and the ``recent`` records of earlier updates (the new domain's own
+    history, so that an update does not trade what the last ones learned for its own few records)."""
     import torch
 
     from . import loss as L
@@ -107,7 +116,7 @@ def train_pass(model, rows: list[tuple[int, dict]], replay: list[dict], cfg, see
     model.train()
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     done = Pass(model=model)
-    steps = schedule(rows, replay, cfg.epochs, cfg.replay_ratio if replay else 0.0, seed)
+    steps = schedule(rows, [(list(replay), cfg.replay_ratio), (list(recent), cfg.recent_ratio)], cfg.epochs, seed)
     failed: set[int] = set()  # a record that failed a step is not tried again in a later epoch
     for seq, rec in steps:
         if seq in failed:
