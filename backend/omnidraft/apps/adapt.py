@@ -79,9 +79,9 @@ class AdaptConfig:
         "help": "the old domains: their held-out prompts are measured before and after the stream, and their "
                 "stream prompts' records are replayed ('' = neither)"})
     n_train: int = field(default=64, metadata={"help": "training prompts to stream (cycled if the set is shorter)"})
-    n_heldout: int = field(default=16, metadata={"help": "held-out prompts of the new domain, evaluated after "
+    n_heldout: int = field(default=32, metadata={"help": "held-out prompts of the new domain, evaluated after "
                                                          "updates"})
-    n_old: int = field(default=8, metadata={"help": "held-out prompts per old domain (before and after)"})
+    n_old: int = field(default=16, metadata={"help": "held-out prompts per old domain (before and after)"})
     interval: int = field(default=8, metadata={"help": "train and swap every this many prompts"})
     eval_every: int = field(default=16, metadata={"help": "evaluate the held-out prompts every this many prompts "
                                                           "(and after the last)"})

@@ -22,7 +22,7 @@ def summary(curve: list[dict], control: dict | None, old: dict, updates: list[di
     drift = {s: 100 * (p["after"]["acceptance"] - p["before"]["acceptance"]) for s, p in old.items()
              if p.get("after") and p["before"]["measured"] and p["after"]["measured"]}
     train = [u["train_s"] for u in updates]
-    publish = [u["export_s"] + u.get("swap_s", 0.0) for u in updates]
+    publish = [u.get("publish_s", u["export_s"]) + u.get("swap_s", 0.0) for u in updates]
     got = {"prompts": last["prompts"] if last else None, "acceptance_points": gain, "tau": tau, "old_points": drift,
            "update_s": max(train, default=None), "publish_s": max(publish, default=None), "run_s": run_s}
     met = {"acceptance_points": gain is not None and gain >= GOALS["acceptance_points"],

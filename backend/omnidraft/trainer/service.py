@@ -329,7 +329,7 @@ class Trainer:
         finally:
             tmp.unlink(missing_ok=True)
         self.model_version = version
-        meta["version"] = version
+        meta.update(version=version, publish_s=round(time.perf_counter() - t0, 2))  # export + check + publish
         log.info("update %d published as %s: loss %.4f -> %.4f, %d steps in %.1f s, export+check %.1f s",
                  meta["update"], version, meta["loss_first"] or 0, meta["loss_last"] or 0, len(done.losses), train_s,
                  meta["export_s"])
