@@ -282,6 +282,10 @@ async function refreshLearning() {
   }
 }
 $("learn-refresh").addEventListener("click", refreshLearning);
+// While the tab is open it follows the server: the held-out curve grows as `omnidraft adapt` measures new
+// versions, with no answers in this app to trigger a refresh.
+const LEARN_POLL_MS = 15_000;
+setInterval(() => { if (!$("view-learn").hidden && !document.hidden) refreshLearning(); }, LEARN_POLL_MS);
 
 // The held-out curve: what `omnidraft adapt` measured on prompts never streamed, after each update (kind
 // "curve", the base drafter at 0 prompts), beside its control (the untrained drafter re-exported the same way)
@@ -294,7 +298,8 @@ function showHeldout(points, min) {
   if (!curve.length) return;
   const last = shown[shown.length - 1];
   $("chart-heldout").replaceChildren(lineChart(shown.map((p) => ({ t: p.prompts, y: p.accepted / p.proposed })), {
-    title: `Held-out acceptance: ${curve[0].set || "new domain"}`, yMax: 1, versions: false,
+    // the axis from 0 to just above the highest point or the control: a few points' gain stays visible
+    title: `Held-out acceptance: ${curve[0].set || "new domain"}`, versions: false,
     format: (v) => `${Math.round(v * 100)}%`, xText: (n) => `${n} prompts`,
     last: last ? `after ${last.prompts} prompts: ${pct(last)}, tau ${last.tau.toFixed(2)}` : undefined,
     reference: control ? { y: control.accepted / control.proposed, label: `control ${pct(control)}` } : undefined,

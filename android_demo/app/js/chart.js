@@ -38,9 +38,12 @@ export function lineChart(points, opts) {
     svg.append(el("text", { x: L, y: H - 6 }, xText(t0)));
     svg.append(el("text", { x: W - R, y: H - 6, "text-anchor": "end" }, xText(t1)));
   }
-  if (ref) {   // the label sits above the line at its right end, clear of the y labels on the left
+  if (ref) {   // the label sits at the line's right end, clear of the y labels on the left, on the side
+    // away from the series' last point (which ends there too)
+    const lastY = points.length ? points[points.length - 1].y : ref.y;
     svg.append(el("line", { x1: L, x2: W - R, y1: y(ref.y), y2: y(ref.y), class: "ref" }));
-    svg.append(el("text", { x: W - R, y: y(ref.y) - 4, "text-anchor": "end", class: "ref-label" }, ref.label));
+    svg.append(el("text", { x: W - R, y: lastY > ref.y ? y(ref.y) + 13 : y(ref.y) - 4, "text-anchor": "end",
+                            class: "ref-label" }, ref.label));
   }
   for (let i = 1; i < points.length && opts.versions !== false; i++) {
     if (points[i].version !== points[i - 1].version) {
