@@ -1,4 +1,4 @@
-"""The offline sweep behind ``omnidraft adapt``'s update settings (issue 26; BENCHMARKS.md section 2).
+"""The offline sweep behind ``omnidraft adapt``'s update settings (issue 26; BENCHMARKS.md, Adaptation).
 
 Two steps, each one process under the machine's CPU lock:
 

@@ -31,8 +31,10 @@ Online (``record_loss``), a third term may weigh the request's own prompt, teach
     L_prompt(t) = -log q_t(x_{t+1})   at every prompt position but the last    (``prompt_lam``; 0 = the paper's L)
 
 The prompt is text the user brought (their code, their language), the drafter reads it anyway, and a record
-carries 4-5 times more prompt than output tokens: in a domain distillation never saw, it is most of what an
-update can learn from (BENCHMARKS.md section 2 measures it).  Only the rows a term uses go through the head.
+carries more prompt than output tokens (188 against 80 drafter tokens in a JavaScript stream request): in a
+domain distillation never saw, it is most of what an update can learn from (``scripts/adapt_lab.py``: JavaScript
+held-out top-1 69.2 % without it, 70.2 % with 0.5, from 68.1 %, after 64 prompts in one pass at interval 16).
+Only the rows a term uses go through the head.
 """
 
 from __future__ import annotations
