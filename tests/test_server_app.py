@@ -140,6 +140,7 @@ def test_stats_show_the_registrys_heldout_curve(make, tmp_path):
     """What ``omnidraft adapt`` measured into the registry the server swaps from reaches the app's Learning tab;
     a server without a registry shows none."""
     from omnidraft.online.registry import DrafterRegistry
+    from omnidraft.server.cli import WatchedRegistry
 
     assert make().get("/v1/omnidraft/stats").get_json()["heldout"] == []
     reg = DrafterRegistry(tmp_path / "registry")
@@ -147,3 +148,5 @@ def test_stats_show_the_registrys_heldout_curve(make, tmp_path):
              "proposed": 240, "tau": 2.02}
     reg.add_evaluation(point)
     assert make(registry=reg).get("/v1/omnidraft/stats").get_json()["heldout"] == [point]
+    # as `omnidraft serve --registry` holds it
+    assert make(registry=WatchedRegistry(reg)).get("/v1/omnidraft/stats").get_json()["heldout"] == [point]
