@@ -35,7 +35,39 @@ SETS = {  # name -> (prompt set, split)
     "py-heldout": ("stdlib-code", "heldout"), "chat-heldout": ("chat", "heldout"),
     "py-replay": ("stdlib-code", "stream"), "chat-replay": ("chat", "stream"),
     "js-stream-long": ("javascript", "stream"),  # the same requests with the file's text before them (--long-chars)
+    # one codebase: requests from the first half of each file, held out from the second half of the same files
+    "js-same-stream": ("javascript", "same-stream"), "js-same-heldout": ("javascript", "same-heldout"),
 }
+
+
+def same_files(n_stream: int, n_heldout: int, seed: int = 0) -> dict[str, list]:
+    """A user working in one codebase: a definition's opening from the first half of each of ``n_stream`` files
+    (the stream's 'train' files) and, for the first ``n_heldout`` of them, one from the second half: held-out
+    text never streamed (the halves do not overlap, the continuation included), from files that were."""
+    import random
+
+    from omnidraft.assets import corpora
+    from omnidraft.bench.prompts import Item, _code_prompt
+
+    files = [f for f in corpora.source_files() if f.lang == "javascript" and corpora.file_split(f) == "train"]
+    rng = random.Random(f"same-files:{seed}")
+    out: dict[str, list] = {"same-stream": [], "same-heldout": []}
+    for f in rng.sample(files, len(files)):
+        lines = (f.read() or "").splitlines(keepends=True)
+        mid = len(lines) // 2
+        halves = [_code_prompt("javascript", "".join(part), rng) for part in (lines[:mid], lines[mid:])]
+        if not all(halves):
+            continue
+        out["same-stream"].append(Item(f"javascript:{f.name}:{halves[0][0] + 1}", halves[0][1], False, "stream"))
+        if len(out["same-heldout"]) < n_heldout:
+            out["same-heldout"].append(Item(f"javascript:{f.name}:{mid + halves[1][0] + 1}", halves[1][1], False,
+                                            "heldout"))
+        if len(out["same-stream"]) == n_stream:
+            break
+    return out
+
+
+SETS_DEFAULT = ("js-stream", "js-heldout", "py-heldout", "chat-heldout", "py-replay", "chat-replay")
 
 
 def with_file_prefix(item, chars: int):
@@ -68,12 +100,13 @@ def cmd_records(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     counts = {"js-stream": args.n_stream, "js-heldout": args.n_heldout, "py-heldout": args.n_heldout,
               "chat-heldout": args.n_heldout, "py-replay": args.n_replay, "chat-replay": args.n_replay,
-              "js-stream-long": args.n_stream}
+              "js-stream-long": args.n_stream, "js-same-stream": args.n_stream, "js-same-heldout": args.n_heldout}
+    same = same_files(args.n_stream, args.n_heldout) if "js-same" in args.sets else {}
     session = Session(Settings(target=args.target, draft=args.draft, threads=args.threads)).warm_up()
     try:
         for name in args.sets.split(","):
             n, (set_name, split) = counts[name], SETS[name]
-            items = prompts.load(set_name).split(split)[:n]
+            items = same[split][:n] if split in same else prompts.load(set_name).split(split)[:n]
             t0 = time.perf_counter()
             with open(out / f"{name}.jsonl", "w") as fh:
                 for it in items:
@@ -195,7 +228,7 @@ def cmd_accept(args) -> None:
 
 
 def _line(pt: dict) -> str:
-    sets = " ".join(f"{k.split('-')[0]} {100 * v['top1']:.1f}% ({v['loss']:.3f})" for k, v in pt.items()
+    sets = " ".join(f"{k.removesuffix('-heldout')} {100 * v['top1']:.1f}% ({v['loss']:.3f})" for k, v in pt.items()
                     if isinstance(v, dict))
     return f"after {pt['prompts']:3d}: {sets}  [{pt['steps']} steps, {pt.get('train_s', 0)} s]"
 
@@ -250,13 +283,13 @@ def main() -> None:
     r.add_argument("--n-heldout", type=int, default=16)
     r.add_argument("--n-replay", type=int, default=16)
     r.add_argument("--max-tokens", type=int, default=64)
-    r.add_argument("--sets", default=",".join(s for s in SETS if s != "js-stream-long"))
+    r.add_argument("--sets", default=",".join(s for s in SETS if s in SETS_DEFAULT))
     r.add_argument("--long-chars", type=int, default=3000, help="js-stream-long: characters of the file per request")
     t = sub.add_parser("train")
     t.add_argument("--configs", default="lora32-2e-4,full-1e-4")
     t.add_argument("--interval", type=int, default=16)
     t.add_argument("--n-stream", type=int, default=64)
-    t.add_argument("--stream", default="js-stream", choices=("js-stream", "js-stream-long"))
+    t.add_argument("--stream", default="js-stream", choices=("js-stream", "js-stream-long", "js-same-stream"))
     t.add_argument("--lam", type=float, default=0.2)
     t.add_argument("--eval-every", type=int, default=16, help="score the held-out sets every this many prompts")
     t.add_argument("--max-len", type=int, default=1024)
