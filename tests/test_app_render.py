@@ -7,6 +7,8 @@ then crafted model output answered through Playwright's routing.  Same requireme
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fake_omnidraft_server import CANNED, canned_stats
@@ -90,4 +92,55 @@ def test_html_in_model_output_never_runs(phone, server):
     assert phone.text_content(".msg.assistant .meta.why").startswith(
         "drafted 0 and accepted 0 of 60 tokens: the cost policy ran the target alone")
     shot(phone, "08-chat-model-html")
+    assert phone.errors == []
+
+
+def _point(kind: str, set_name: str, prompts: int, version: str, accepted: int, proposed: int, tau: float) -> dict:
+    return {"kind": kind, "set": set_name, "prompts": prompts, "version": version, "accepted": accepted,
+            "proposed": proposed, "acceptance": accepted / proposed, "tau": tau, "measured": proposed >= 50}
+
+
+# what `omnidraft adapt` wrote into the registry's heldout.json (results/adapt-javascript.json's figures), as the
+# server's /v1/omnidraft/stats passes it on; the 32-prompt point drafted too little to be a rate
+HELDOUT = [_point("curve", "javascript", 0, "base", 754, 2490, 1.964),
+           _point("old", "stdlib-code", 0, "base", 416, 1041, 2.304),
+           _point("old", "chat", 0, "base", 333, 1275, 1.957),
+           _point("control", "javascript", 0, "control", 758, 2479, 1.974),
+           _point("curve", "javascript", 16, "v0002", 776, 2384, 2.021),
+           _point("curve", "javascript", 32, "v0004", 10, 40, 1.5),
+           _point("curve", "javascript", 64, "v0008", 808, 2271, 2.110),
+           _point("old", "stdlib-code", 64, "v0008", 414, 1040, 2.3),
+           _point("old", "chat", 64, "v0008", 331, 1282, 1.946)]
+
+
+def test_learning_tab_draws_the_heldout_curve_beside_its_control(phone, server):
+    """Issue 26: the Learning tab shows the held-out curve (measured points only), the control as a dashed line,
+    and the old domains before and after; while it is open it follows the server as the curve grows."""
+    url, fake = server
+    if fake is None:
+        pytest.skip("the held-out points are crafted")
+    stats = {"history": [], "totals": {}, "drafter_version": "v0002", "target": "t", "draft": "d",
+             "heldout": HELDOUT[:5]}                                  # the run so far: 16 prompts
+    phone.route("**/v1/omnidraft/stats", lambda route: route.fulfill(
+        status=200, headers={"Content-Type": "application/json"}, body=json.dumps(stats)))
+    phone.clock.install()
+    open_app(phone, url)
+    phone.tap("#tab-learn")
+    phone.wait_for_selector("#heldout:not([hidden])")
+    chart = phone.locator("#chart-heldout")
+    assert chart.locator("circle.pt").count() == 2
+    stats.update(heldout=HELDOUT, drafter_version="v0008")           # the run goes on; nobody taps anything
+    phone.clock.run_for(16_000)
+    phone.wait_for_function("() => document.querySelectorAll('#chart-heldout circle.pt').length === 3")
+    # 0, 16 and 64 prompts: not the 32-prompt point, which drafted 40 tokens
+    assert chart.locator("line.ref").count() == 1
+    assert chart.locator(".ref-label").text_content() == "control 30.6%"
+    assert "after 64 prompts: 35.6%, tau 2.11" in chart.locator("text.status").text_content()
+    label = chart.get_attribute("aria-label")
+    assert "after 64 prompts 35.6% (808/2271 drafted), tau 2.11" in label
+    assert "control 30.6% (758/2479 drafted), tau 1.97" in label
+    assert phone.text_content("#heldout-note") == (
+        "Old domains (before → after): stdlib-code 40.0% (416/1041 drafted) → 39.8% (414/1040 drafted); "
+        "chat 26.1% (333/1275 drafted) → 25.8% (331/1282 drafted).")
+    shot(phone, "05-learning-heldout")
     assert phone.errors == []

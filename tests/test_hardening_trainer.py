@@ -51,7 +51,7 @@ def _trainer(base, tmp_path, **kw):
     from omnidraft.trainer.service import Trainer, TrainerConfig
 
     cfg = dict(base=str(base), state_dir=str(tmp_path / "t"), interval=3, lora_rank=4, lr=1e-3, qtype="q8_0",
-               keep=3, threads=2)
+               keep=3, threads=2, epochs=1)  # one pass: a step per record
     return Trainer(TrainerConfig(**{**cfg, **kw}))
 
 

@@ -75,3 +75,23 @@ def test_crash_mid_publish_keeps_previous_current(tmp_path, stage):
     assert not [d for d in os.listdir(reg.versions) if d.startswith(".tmp-")]
     v3 = reg2.publish(_blob(tmp_path, "c.gguf", b"c"))  # publishing goes on after the crash
     assert reg2.current()[0] == v3
+
+
+def test_heldout_measurements_append_in_order_and_a_bad_file_reads_as_none(tmp_path):
+    """heldout.json (``omnidraft adapt`` writes it, the server shows it): points in the order taken; a file that
+    cannot be read shows nothing rather than failing the stats endpoint."""
+    reg = DrafterRegistry(tmp_path / "r")
+    assert reg.evaluations() == []
+    points = [{"kind": "curve", "set": "javascript", "prompts": 0, "version": "base", "accepted": 3, "proposed": 10},
+              {"kind": "control", "set": "javascript", "prompts": 0, "version": "control", "accepted": 3,
+               "proposed": 11},
+              {"kind": "curve", "set": "javascript", "prompts": 16, "version": "v0002", "accepted": 5,
+               "proposed": 10}]
+    for p in points:
+        reg.add_evaluation(p)
+    assert reg.evaluations() == points
+    assert DrafterRegistry(tmp_path / "r").evaluations() == points  # on disk, for another process
+    (tmp_path / "r" / "heldout.json").write_text("{not json")
+    assert reg.evaluations() == []
+    (tmp_path / "r" / "heldout.json").write_text('[{"kind": "curve"}, 3, "x"]')
+    assert reg.evaluations() == [{"kind": "curve"}]

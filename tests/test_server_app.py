@@ -16,6 +16,7 @@ from omnidraft.vocab.textstream import Chunk
 @dataclass
 class _Settings:
     target: str = "fake-target"
+    draft: str = "fake-draft"
     method: str = "omnidraft"
     policy: str = "cost"
     k: int = 4
@@ -82,7 +83,10 @@ def make(tmp_path):
 
     def _make(**kw):
         outbox = kw.pop("outbox", None)
-        app = create_app(_Session(), ServerConfig(app_dir=str(tmp_path / "app"), **kw), outbox=outbox,
+        session = _Session()
+        if "registry" in kw:
+            session.registry = kw.pop("registry")
+        app = create_app(session, ServerConfig(app_dir=str(tmp_path / "app"), **kw), outbox=outbox,
                          build_record=lambda final, prompt, pair, method, ver: {"text": final.text, "v": ver})
         apps.append(app)
         return app.test_client()
@@ -130,3 +134,19 @@ def test_static_files_safe(make, tmp_path):
     assert c.get("/app/../secret.txt").status_code == 404
     assert c.get("/app/%2e%2e/secret.txt").status_code == 404
     assert c.get("/").headers["Location"].endswith("/app/")
+
+
+def test_stats_show_the_registrys_heldout_curve(make, tmp_path):
+    """What ``omnidraft adapt`` measured into the registry the server swaps from reaches the app's Learning tab;
+    a server without a registry shows none."""
+    from omnidraft.online.registry import DrafterRegistry
+    from omnidraft.server.cli import WatchedRegistry
+
+    assert make().get("/v1/omnidraft/stats").get_json()["heldout"] == []
+    reg = DrafterRegistry(tmp_path / "registry")
+    point = {"kind": "curve", "set": "javascript", "prompts": 16, "version": "v0002", "accepted": 80,
+             "proposed": 240, "tau": 2.02}
+    reg.add_evaluation(point)
+    assert make(registry=reg).get("/v1/omnidraft/stats").get_json()["heldout"] == [point]
+    # as `omnidraft serve --registry` holds it
+    assert make(registry=WatchedRegistry(reg)).get("/v1/omnidraft/stats").get_json()["heldout"] == [point]

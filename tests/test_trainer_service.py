@@ -47,7 +47,7 @@ def _post(port: int, recs: list, token: str, gz: bool = True) -> dict:
 def test_serve_dedups_trains_publishes_and_rolls_back(tmp_path_factory, tmp_path, capsys):
     base = tiny_gguf(tmp_path_factory, "llama")
     trainer = Trainer(TrainerConfig(base=str(base), state_dir=str(tmp_path / "t"), interval=3, lora_rank=4,
-                                    lr=1e-3, qtype="q8_0", keep=2, threads=2))
+                                    lr=1e-3, qtype="q8_0", keep=2, threads=2, epochs=1))  # one step per record
     server, port = start_http(trainer)
     rng = np.random.default_rng(0)
     fp = trainer.vocab().fp  # records of this drafter's vocabulary (another's are refused)

@@ -270,6 +270,7 @@ async function refreshLearning() {
       + (lastAcc ? `, last ${rateText(lastAcc, min)}` : ""));
     $("chart-tps").setAttribute("aria-label", `Tokens per second over ${h.length} answers`
       + (last ? `, last ${(last.tokens_per_s ?? 0).toFixed(1)}` : ""));
+    showHeldout(st.heldout || [], min);
     const totals = st.totals || {};
     $("totals").replaceChildren(...TOTALS.filter(([k]) => typeof totals[k] === "number").flatMap(([k, label, f]) => {
       const dt = document.createElement("dt"); dt.textContent = label;
@@ -281,6 +282,39 @@ async function refreshLearning() {
   }
 }
 $("learn-refresh").addEventListener("click", refreshLearning);
+// While the tab is open it follows the server: the held-out curve grows as `omnidraft adapt` measures new
+// versions, with no answers in this app to trigger a refresh.
+const LEARN_POLL_MS = 15_000;
+setInterval(() => { if (!$("view-learn").hidden && !document.hidden) refreshLearning(); }, LEARN_POLL_MS);
+
+// The held-out curve: what `omnidraft adapt` measured on prompts never streamed, after each update (kind
+// "curve", the base drafter at 0 prompts), beside its control (the untrained drafter re-exported the same way)
+// and the old domains before and after ("old").  Points with too few drafted tokens are not plotted.
+const pct = (r) => `${(100 * r.accepted / r.proposed).toFixed(1)}%`;
+function showHeldout(points, min) {
+  const curve = points.filter((p) => p.kind === "curve"), shown = curve.filter((p) => measured(p, min));
+  const control = points.find((p) => p.kind === "control" && measured(p, min));
+  $("heldout").hidden = !curve.length;
+  if (!curve.length) return;
+  const last = shown[shown.length - 1];
+  $("chart-heldout").replaceChildren(lineChart(shown.map((p) => ({ t: p.prompts, y: p.accepted / p.proposed })), {
+    // the axis from 0 to just above the highest point or the control: a few points' gain stays visible
+    title: `Held-out acceptance: ${curve[0].set || "new domain"}`, versions: false,
+    format: (v) => `${Math.round(v * 100)}%`, xText: (n) => `${n} prompts`,
+    last: last ? `after ${last.prompts} prompts: ${pct(last)}, tau ${last.tau.toFixed(2)}` : undefined,
+    reference: control ? { y: control.accepted / control.proposed, label: `control ${pct(control)}` } : undefined,
+  }));
+  $("chart-heldout").setAttribute("aria-label", `Held-out acceptance over ${curve.length} measurements`
+    + (last ? `, after ${last.prompts} prompts ${rateText(last, min)}, tau ${last.tau.toFixed(2)}` : "")
+    + (control ? `; control ${rateText(control, min)}, tau ${control.tau.toFixed(2)}` : ""));
+  const old = points.filter((p) => p.kind === "old");
+  const bySet = [...new Set(old.map((p) => p.set))].map((set) => {
+    const [before, after] = [old.find((p) => p.set === set), old.filter((p) => p.set === set).pop()];
+    return before === after ? `${set} ${rateText(before, min)}`
+      : `${set} ${rateText(before, min)} → ${rateText(after, min)}`;
+  });
+  $("heldout-note").textContent = bySet.length ? `Old domains (before → after): ${bySet.join("; ")}.` : "";
+}
 
 // -------------------------------------------------------------- settings
 function showSettings() {

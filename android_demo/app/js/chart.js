@@ -9,7 +9,9 @@ function el(name, attrs, text) {
 }
 
 /**
- * points: [{t, y, version}] sorted by t.  opts: {title, yMax (or auto), format(y) -> string}.
+ * points: [{t, y, version}] sorted by t.  opts: {title, yMax (or auto), format(y) -> string, and optionally
+ * xText(t) -> string (default: the clock time), last (the status line), reference: {y, label} (a dashed
+ * horizontal line, e.g. a control), versions: false (no dashed line where the version changes)}.
  * Returns an <svg> sized by its viewBox (width follows the container).  The title has the first line to itself
  * and the last value (or "no data yet") the second, so a long title never runs into it.
  */
@@ -17,9 +19,11 @@ export function lineChart(points, opts) {
   const W = 360, H = 172, L = 40, R = 10, T = 46, B = 22;
   const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, "aria-hidden": "true", focusable: "false" });
   svg.append(el("text", { x: 0, y: 14, class: "title" }, opts.title));
-  const last = points.length ? `last ${opts.format(points[points.length - 1].y)}` : "no data yet";
+  const last = !points.length ? "no data yet" : opts.last ?? `last ${opts.format(points[points.length - 1].y)}`;
   svg.append(el("text", { x: 0, y: 31, class: "status" }, last));
-  const yMax = opts.yMax ?? Math.max(1e-9, ...points.map((p) => p.y)) * 1.1;
+  const ref = opts.reference;
+  const yMax = opts.yMax ?? Math.max(1e-9, ...points.map((p) => p.y), ref ? ref.y : 0) * 1.1;
+  const xText = opts.xText ?? clock;
   const t0 = points.length ? points[0].t : 0, t1 = points.length ? points[points.length - 1].t : 1;
   const x = (t) => L + (t1 > t0 ? (t - t0) / (t1 - t0) : 0.5) * (W - L - R);
   const y = (v) => T + (1 - Math.min(v, yMax) / yMax) * (H - T - B);
@@ -31,10 +35,17 @@ export function lineChart(points, opts) {
     }
   }
   if (points.length) {
-    svg.append(el("text", { x: L, y: H - 6 }, clock(t0)));
-    svg.append(el("text", { x: W - R, y: H - 6, "text-anchor": "end" }, clock(t1)));
+    svg.append(el("text", { x: L, y: H - 6 }, xText(t0)));
+    svg.append(el("text", { x: W - R, y: H - 6, "text-anchor": "end" }, xText(t1)));
   }
-  for (let i = 1; i < points.length; i++) {
+  if (ref) {   // the label sits at the line's right end, clear of the y labels on the left, on the side
+    // away from the series' last point (which ends there too)
+    const lastY = points.length ? points[points.length - 1].y : ref.y;
+    svg.append(el("line", { x1: L, x2: W - R, y1: y(ref.y), y2: y(ref.y), class: "ref" }));
+    svg.append(el("text", { x: W - R, y: lastY > ref.y ? y(ref.y) + 13 : y(ref.y) - 4, "text-anchor": "end",
+                            class: "ref-label" }, ref.label));
+  }
+  for (let i = 1; i < points.length && opts.versions !== false; i++) {
     if (points[i].version !== points[i - 1].version) {
       const xv = (x(points[i - 1].t) + x(points[i].t)) / 2;
       svg.append(el("line", { x1: xv, x2: xv, y1: T, y2: H - B, class: "ver" }));

@@ -1,52 +1,67 @@
-"""``omnidraft adapt``: the whole online loop in one process, measured on a fixed held-out slice.
+"""``omnidraft adapt``: the whole online loop in one process, on a domain the drafter never saw, beside a control.
 
     prompt stream -> speculative generation (record_topk) -> record -> outbox -> HTTP upload
     -> trainer (every I prompts: train, export, check, publish) -> Session.maybe_swap() -> held-out eval
 
+The default scenario (issue 26) is a user who starts writing JavaScript: distillation never read a JavaScript
+file (``distill.sources.ADAPTATION_DOMAIN``), the stream is 64 completion requests on npm's modules
+(``bench.prompts`` set ``javascript``, its ``train`` files), the held-out prompts come from its held-out files,
+never streamed, and the old domains (Python code, chat) are measured before and after.  Each request goes the
+way a server's request goes: the session's generator, its training record, the outbox, the uploader.
+
 The trainer is its own process (``omnidraft trainer serve`` on a free loopback port), met the way a
 server deployment meets it: records posted over HTTP, drafter versions read from its registry on disk.
-The loop waits for each update (the trainer's ``/v1/status``) before evaluating, which keeps the
-measurements free of training load.  The control is exported by ``omnidraft trainer export``.
+It replays records of the old domains (``--replay``: the target's own continuations of Python code and chat
+prompts from those sets' stream splits, generated here once and cached) in every update.  The loop waits for
+each update (the trainer's ``/v1/status``) before evaluating, which keeps the measurements free of training
+load.  The control is exported by ``omnidraft trainer export``.
 
 The held-out evaluation measures the drafter, nothing else:
 * it drafts ``eval_k`` tokens every step (the ``fixed`` policy), whatever policy the stream uses: the
   default ``cost`` policy rightly hardly drafts on a 2-core CPU, which would leave nothing to measure;
 * it is greedy, so the text is the target's every time and only the drafting changes;
-* every evaluation starts from the same copy of the n-gram cache (as it was before the stream) and
-  throws its own additions away, so neither the stream's nor the held-out text's n-grams move the curve;
+* every evaluation starts from the same empty n-gram cache and throws its additions away, so neither the
+  stream's nor the held-out text's n-grams move the curve;
 * a control, the untrained drafter re-exported the way the trainer exports (torch -> GGUF -> the same
   quantization -> the same check), separates the training's gain from the re-quantization's;
 * a point with fewer than ``rates.MIN_DRAFTED`` drafted tokens is flagged and not plotted as a rate.
 
-Defaults are the settings measured to raise the held-out curve on a 2-core machine
-(docs/BENCHMARKS-HISTORY.md section 2 has the sweep they come from).  The drafter is ``--draft`` (the usual settings' default).
+Every measurement also goes into the registry's ``heldout.json``: a server swapping from that registry
+(``omnidraft serve --registry <out>/trainer/registry``) shows the held-out curve in the app's Learning tab as
+it grows.  Defaults are the settings measured best on a 2-core machine (BENCHMARKS.md, Adaptation).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
-import os
 import shutil
-import subprocess
-import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omnidraft import httpguard
+from omnidraft.assets import models
 from omnidraft.errors import BadRequest
-from omnidraft.spec.generator import GenerationParams
 from omnidraft.online.outbox import Outbox, Uploader
-from omnidraft.spec.policy import DraftPolicy, PolicyConfig
-from omnidraft.spec.stats import GenerationStats
 from omnidraft.online.rates import acceptance_text, measured
 from omnidraft.online.records import build_record
 from omnidraft.online.registry import DrafterRegistry
+from omnidraft.spec.generator import GenerationParams
+from omnidraft.spec.policy import DraftPolicy, PolicyConfig
+from omnidraft.spec.stats import GenerationStats
+from omnidraft.vocab.ngram_cache import NGramCache
+
+from .adapt_procs import TrainerProcess, export_control
+from .adapt_report import plot as _report_plot
+from .adapt_report import summary, summary_lines
 
 log = logging.getLogger(__name__)
+
+# the target `omnidraft adapt` defaults to: the 0.5B in the speed format, whose verification batches are
+# bit-identical up to 8 rows here (the Q4_K_M file allows 3, which would cap the held-out draft length at 2)
+DEFAULT_TARGET = "qwen2.5-coder-0.5b:q4_0_pure"
 
 
 @dataclass
@@ -56,21 +71,35 @@ class AdaptConfig:
     prompts: str = field(default="", metadata={"help": "prompt file (one per line, or a JSON list) sent as chat "
                                                           "messages; the last --n-heldout are held out (replaces "
                                                           "--stream-set)"})
-    stream_set: str = field(default="stdlib-code", metadata={"help": "train on this prompt set's stream split "
-                                                                     "(humaneval | stdlib-code | docs)"})
+    stream_set: str = field(default="javascript", metadata={"help": "train on this prompt set's stream split "
+                                                                    "(javascript | humaneval | stdlib-code | ...)"})
     eval_set: str = field(default="", metadata={"help": "evaluate on this prompt set's held-out split "
                                                         "(default: the stream set's)"})
-    n_train: int = field(default=16, metadata={"help": "training prompts to stream (cycled if the set is shorter)"})
-    n_heldout: int = field(default=4, metadata={"help": "held-out prompts evaluated after each update"})
+    old_sets: str = field(default="stdlib-code,chat", metadata={
+        "help": "the old domains: their held-out prompts are measured before and after the stream, and their "
+                "stream prompts' records are replayed ('' = neither)"})
+    n_train: int = field(default=64, metadata={"help": "training prompts to stream (cycled if the set is shorter)"})
+    n_heldout: int = field(default=32, metadata={"help": "held-out prompts of the new domain, evaluated after "
+                                                         "updates"})
+    n_old: int = field(default=16, metadata={"help": "held-out prompts per old domain (before and after)"})
     interval: int = field(default=8, metadata={"help": "train and swap every this many prompts"})
-    max_tokens: int = field(default=48, metadata={"help": "tokens generated per training prompt"})
-    eval_max_tokens: int = field(default=32, metadata={"help": "tokens generated per held-out prompt"})
+    eval_every: int = field(default=16, metadata={"help": "evaluate the held-out prompts every this many prompts "
+                                                          "(and after the last)"})
+    max_tokens: int = field(default=64, metadata={"help": "tokens generated per training prompt"})
+    eval_max_tokens: int = field(default=48, metadata={"help": "tokens generated per held-out prompt"})
     eval_k: int = field(default=4, metadata={"help": "draft length of the held-out evaluation (fixed policy, "
                                                      "whatever --policy the stream uses)"})
     record_topk: int = field(default=8, metadata={"help": "target top-k kept per position in records"})
-    lr: float = field(default=2e-4, metadata={"help": "AdamW learning rate"})
+    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     lam: float = field(default=0.2, metadata={"help": "lambda: weight of the n-gram NLL term"})
-    lora_rank: int = field(default=32, metadata={"help": "LoRA rank; 0 = full fine-tuning"})
+    lora_rank: int = field(default=0, metadata={"help": "LoRA rank; 0 = full fine-tuning of the layers"})
+    epochs: int = field(default=2, metadata={"help": "passes over each update's new records"})
+    prompt_lam: float = field(default=0.5, metadata={"help": "weight of the prompt's teacher-forced NLL"})
+    recent: int = field(default=64, metadata={"help": "records of earlier updates each update draws from (the "
+                                                      "new domain's own history; 0 = none)"})
+    recent_ratio: float = field(default=1.0, metadata={"help": "steps on those per new record in an update"})
+    n_replay: int = field(default=16, metadata={"help": "replay records per old domain (from its stream split)"})
+    replay_ratio: float = field(default=0.5, metadata={"help": "replay steps per new record in an update"})
     qtype: str = field(default="q8_0", metadata={"help": "quantization of published drafters ('' = the base's)"})
     baseline: bool = field(default=True, metadata={"help": "evaluate the base drafter before training (off: "
                                                            "sweep points after one run that measured it)"})
@@ -79,8 +108,31 @@ class AdaptConfig:
     out: str = field(default="adapt-out", metadata={"help": "directory for the trainer state, outbox, JSON and "
                                                             "plot (a previous run there is replaced)"})
 
+    def new_domain(self) -> str:
+        """The name of the held-out set the curve measures."""
+        return "prompts" if self.prompts else self.eval_set or self.stream_set
+
+    def trainer_options(self, base: str, threads: int, replay: Path | None) -> list[str]:
+        """``omnidraft trainer serve`` flags for these settings."""
+        opts = {"--base": base, "--interval": self.interval, "--lam": self.lam, "--lr": self.lr,
+                "--lora-rank": self.lora_rank, "--epochs": self.epochs, "--prompt-lam": self.prompt_lam,
+                "--replay-ratio": self.replay_ratio, "--recent": self.recent, "--recent-ratio": self.recent_ratio,
+                "--qtype": self.qtype, "--threads": threads,
+                "--replay": replay or ""}
+        return [str(x) for kv in opts.items() for x in kv]
+
 
 Prompt = tuple[str, bool]  # (text, send through the chat template?)
+
+
+@dataclass
+class Items:
+    """Every prompt a run uses."""
+
+    stream: list[Prompt]
+    heldout: list[Prompt]
+    old: dict[str, list[Prompt]]  # old domain -> its held-out prompts
+    replay: list[Prompt]  # the old domains' stream prompts, whose records are replayed
 
 
 def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
@@ -141,95 +193,43 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def _trainer_cli(*args: str) -> list[str]:
-    """argv of ``omnidraft <args>`` in a child Python that imports this same package."""
-    return [sys.executable, "-m", "omnidraft.apps.cli", *args]
+def load_old(cfg: AdaptConfig) -> tuple[dict[str, list[Prompt]], list[Prompt]]:
+    """(old domain -> its held-out prompts, the replay prompts: each old domain's first stream prompts)."""
+    from omnidraft.bench import prompts as sets
+
+    old, replay = {}, []
+    for name in filter(None, cfg.old_sets.split(",")):
+        ps = sets.load(name)
+        old[name] = [(i.prompt, i.chat) for i in ps.split("heldout")[: cfg.n_old]]
+        replay += [(i.prompt, i.chat) for i in ps.split("stream")[: cfg.n_replay]]
+    return old, replay
 
 
-def _child_env() -> dict:
-    root = str(Path(__file__).resolve().parents[2])  # the directory holding this package (apps/ -> omnidraft/ -> it)
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-
-
-def export_control(base: str, qtype: str, out_dir: Path, threads: int = 0) -> tuple[Path, dict]:
-    """The untrained drafter through the trainer's export path (``omnidraft trainer export``, its own process):
-    GGUF -> torch -> GGUF ``qtype`` -> check."""
-    argv = _trainer_cli("trainer", "export", "--base", base, "--out", str(out_dir / f"control-{qtype or 'base'}.gguf"),
-                        "--qtype", qtype, "--threads", str(threads))
-    done = subprocess.run(argv, capture_output=True, text=True, env=_child_env())
-    if done.returncode != 0:
-        raise RuntimeError(f"trainer export failed ({done.returncode}): {done.stderr[-2000:]}")
-    meta = json.loads(done.stdout.strip().splitlines()[-1])
-    path = Path(meta.pop("path"))
-    if not qtype:  # named after the quantization it got, like the trainer's
-        path = path.rename(out_dir / f"control-{meta['qtype']}.gguf")
-    return path, meta
-
-
-class TrainerProcess:
-    """``omnidraft trainer serve`` as a child process on a free loopback port.  Adapt meets it as a server
-    does: records posted to it (Uploader), versions read from its registry on disk; ``/v1/status`` says
-    when an update is done."""
-
-    def __init__(self, state_dir: Path, options: list[str], log_path: Path, start_s: float = 120.0):
-        self.state_dir = state_dir
-        self._log = open(log_path, "w")
-        self.proc = subprocess.Popen(_trainer_cli("trainer", "serve", "--state-dir", str(state_dir), "--port", "0",
-                                                  *options), stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=_child_env())
-        self.updates: dict[int, dict] = {}  # update number -> its metadata, as the trainer reported it
-        try:
-            self.url = self._wait_url(log_path, start_s)
-        except BaseException:
-            self.stop()
-            raise
-        self.token = httpguard.read_token(state_dir / httpguard.TOKEN_FILE)
-        self.registry = DrafterRegistry(state_dir / "registry")
-
-    def _wait_url(self, log_path: Path, start_s: float) -> str:
-        end = time.monotonic() + start_s
-        while time.monotonic() < end:
-            for line in log_path.read_text().splitlines():
-                if line.startswith("trainer on http://"):
-                    return line.split()[2]
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the trainer exited ({self.proc.returncode}): {log_path.read_text()[-2000:]}")
-            time.sleep(0.1)
-        raise RuntimeError(f"the trainer did not start within {start_s:.0f} s (log: {log_path})")
-
-    def status(self) -> dict:
-        req = urllib.request.Request(self.url + "/v1/status", headers={"Authorization": f"Bearer {self.token}"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            st = json.loads(resp.read())
-        self.updates.update({m["update"]: m for m in st.get("history", [])})
-        return st
-
-    def wait_idle(self, timeout: float = 600.0) -> dict:
-        """Block until no update is pending or running; the trainer's last status."""
-        end = time.monotonic() + timeout
-        st = self.status()
-        while time.monotonic() < end and (st["busy"] or st["untrained"] >= st["interval"]):
-            time.sleep(0.2)
-            st = self.status()
-        return st
-
-    def history(self) -> list[dict]:
-        return [self.updates[n] for n in sorted(self.updates)]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+def replay_records(session, prompts: list[Prompt], cfg: AdaptConfig) -> list[dict]:
+    """The target's records of the old domains' stream prompts (what the trainer replays), cached by everything
+    they depend on: greedy, so the same target, vocabularies and prompts give the same records."""
+    bridge = session.pair.bridge
+    key = hashlib.sha256(json.dumps([Path(session.target.path).name, bridge.draft_fp, bridge.target_fp, prompts,
+                                     cfg.max_tokens, cfg.record_topk]).encode()).hexdigest()[:24]
+    path = models.cache_dir() / "replay" / f"{key}.jsonl"
+    if path.is_file():
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    recs = []
+    for item in prompts:
+        gen = session.generator()
+        pin = prompt_input(gen, item)
+        final = gen.generate(pin, GenerationParams(max_tokens=cfg.max_tokens, record_topk=cfg.record_topk))
+        recs.append(build_record(final, pin, session.pair, gen.method, "base"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    tmp.replace(path)
+    return recs
 
 
 def _fresh(out: Path) -> None:
     """A run starts from the base drafter: a previous run's trainer state and results in ``out`` go."""
-    for name in ("trainer", "trainer.log", "outbox.sqlite", "adapt.json", "adapt.png"):
+    for name in ("trainer", "trainer.log", "outbox.sqlite", "adapt.json", "adapt.png", "replay.jsonl"):
         p = out / name
         if p.is_dir():
             shutil.rmtree(p)
@@ -239,126 +239,153 @@ def _fresh(out: Path) -> None:
         p.unlink()
 
 
+@dataclass
+class Run:
+    """One run's state, shared by its phases."""
+
+    cfg: AdaptConfig
+    settings: object
+    session: object
+    items: Items
+    registry: DrafterRegistry  # the trainer's, opened here first: measurements go into its heldout.json
+    empty: NGramCache  # every evaluation starts from (a copy of) this
+    threads: int = 0
+    curve: list[dict] = field(default_factory=list)
+    control: dict | None = None
+    old: dict[str, dict] = field(default_factory=dict)  # old domain -> {"before": point, "after": point}
+    swaps: dict[str, float] = field(default_factory=dict)  # version -> seconds its swap took
+
+    def measure(self, prompts: list[Prompt], kind: str, set_name: str, prompts_seen: int, label: str = "") -> dict:
+        """Evaluate the drafter in use; print it; keep it in the registry's heldout.json."""
+        cfg = self.cfg
+        ev = evaluate(self.session, prompts, cfg.eval_max_tokens, cfg.eval_k, self.empty)
+        pt = {"kind": kind, "set": set_name, "prompts": prompts_seen, "version": self.session.drafter_version, **ev}
+        _show(pt, label)
+        self.registry.add_evaluation({k: v for k, v in pt.items() if k != "draft_lengths"})
+        return pt
+
+
 def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
     from omnidraft.runtime.session import Session
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     _fresh(out)
-    train, heldout = load_items(cfg)
+    stream, heldout = load_items(cfg)
+    old, replay = load_old(cfg)
     t_start = time.perf_counter()
-
     session = Session(settings).warm_up()
     if session.pair is None:
         session.close()
         raise BadRequest(f"adapt trains a drafter model; method {settings.method!r} has none")
-    ngram0 = copy.deepcopy(session.pair.cache)  # every evaluation starts from this
-    ev_args = (heldout, cfg.eval_max_tokens, cfg.eval_k, ngram0)
-    curve: list[dict] = []
-    control = None
-    trainer = uploader = None
+    bridge = session.pair.bridge
+    r = Run(cfg, settings, session, Items(stream, heldout, old, replay), DrafterRegistry(out / "trainer" / "registry"),
+            NGramCache(bridge.draft_fp, bridge.target_fp), threads)
+    trainer = None
     try:
-        if cfg.baseline:
-            curve.append({"prompts": 0, "version": "base", **evaluate(session, *ev_args)})
-            _show(curve[-1])
-        if cfg.control:
-            path, meta = export_control(settings.draft, cfg.qtype, out, threads)
-            session.load_drafter(str(path))
-            control = {"version": f"control ({meta['qtype']}, untrained)", **meta, **evaluate(session, *ev_args)}
-            session.load_drafter(settings.draft)
-            _show(control, "control")
-        trainer = TrainerProcess(out / "trainer", [
-            "--base", settings.draft, "--interval", str(cfg.interval), "--lam", str(cfg.lam), "--lr", str(cfg.lr),
-            "--lora-rank", str(cfg.lora_rank), "--qtype", cfg.qtype, "--threads", str(threads)], out / "trainer.log")
-        outbox = Outbox(out / "outbox.sqlite")
-        uploader = Uploader(outbox, trainer.url, interval_s=0.5, token=trainer.token).start()
-        session.registry = trainer.registry
-        for i, item in enumerate(train, 1):
-            gen = session.generator()
-            pin = prompt_input(gen, item)
-            final = gen.generate(pin, GenerationParams(max_tokens=cfg.max_tokens, record_topk=cfg.record_topk))
-            outbox.put(build_record(final, pin, session.pair, gen.method, session.drafter_version))
-            uploader.kick()
-            s = final.stats
-            print(f"prompt {i:3d} [{session.drafter_version}] {s.completion_tokens} tokens, tau {s.tau:.2f}, "
-                  f"acceptance {acceptance_text(s.accepted, s.proposed)} ({settings.policy} policy)", flush=True)
-            if i % cfg.interval == 0:
-                uploader.flush(60.0)
-                status = trainer.wait_idle()
-                if session.maybe_swap():
-                    ev = evaluate(session, *ev_args)
-                    curve.append({"prompts": i, "version": session.drafter_version, **ev})
-                    trainer.registry.annotate(session.drafter_version, {"heldout": ev})
-                    _show(curve[-1])
-                elif status["last_error"]:
-                    print(f"update after {i} prompts not published: {status['last_error']}", flush=True)
+        replay_path = _replay_file(r, out)
+        _before(r, out)
+        trainer = TrainerProcess(out / "trainer", cfg.trainer_options(settings.draft, threads, replay_path),
+                                 out / "trainer.log")
+        _stream(r, trainer, out)
+        for name, prompts in old.items():
+            r.old.setdefault(name, {})["after"] = r.measure(prompts, "old", name, len(stream), f"{name} after")
     finally:
-        if uploader is not None:
-            uploader.stop()
         if trainer is not None:
             trainer.stop()
         session.save_state()
         session.close()
-    result = {"curve": curve, "control": control, "updates": trainer.history(), "heldout": heldout,
-              "config": cfg.__dict__, "settings": settings.__dict__,
-              "seconds": round(time.perf_counter() - t_start, 1)}
+    return _report(r, trainer.history() if trainer else [], out, time.perf_counter() - t_start)
+
+
+def _replay_file(r: Run, out: Path) -> Path | None:
+    if not r.items.replay or r.cfg.replay_ratio <= 0:
+        return None
+    t0 = time.perf_counter()
+    recs = replay_records(r.session, r.items.replay, r.cfg)
+    path = out / "replay.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in recs))
+    print(f"replay: {len(recs)} records of {', '.join(r.items.old)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return path
+
+
+def _before(r: Run, out: Path) -> None:
+    """The base drafter on the new domain's held-out prompts (the curve's first point) and the old domains'; the
+    control on the new domain's."""
+    cfg, s, settings = r.cfg, r.session, r.settings
+    new = cfg.new_domain()
+    if cfg.baseline:
+        r.curve.append(r.measure(r.items.heldout, "curve", new, 0))
+        for name, prompts in r.items.old.items():
+            r.old[name] = {"before": r.measure(prompts, "old", name, 0, f"{name} before")}
+    if cfg.control:
+        path, meta = export_control(settings.draft, cfg.qtype, out, r.threads)
+        s.load_drafter(str(path))
+        r.control = {**r.measure(r.items.heldout, "control", new, 0, "control"), **meta,
+                     "version": f"control ({meta['qtype']}, untrained)"}
+        s.load_drafter(settings.draft)
+
+
+def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
+    """The stream, one request at a time; every interval prompts an update, swapped in; the held-out curve."""
+    cfg, s = r.cfg, r.session
+    new = cfg.new_domain()
+    outbox = Outbox(out / "outbox.sqlite")
+    uploader = Uploader(outbox, trainer.url, interval_s=0.5, token=trainer.token).start()
+    s.registry = trainer.registry
+    try:
+        for i, item in enumerate(r.items.stream, 1):
+            gen = s.generator()
+            pin = prompt_input(gen, item)
+            final = gen.generate(pin, GenerationParams(max_tokens=cfg.max_tokens, record_topk=cfg.record_topk))
+            outbox.put(build_record(final, pin, s.pair, gen.method, s.drafter_version))
+            uploader.kick()
+            st = final.stats
+            print(f"prompt {i:3d} [{s.drafter_version}] {st.completion_tokens} tokens, tau {st.tau:.2f}, "
+                  f"acceptance {acceptance_text(st.accepted, st.proposed)} ({r.settings.policy} policy)", flush=True)
+            if i % cfg.interval and i != len(r.items.stream):
+                continue
+            uploader.flush(60.0)
+            status = trainer.wait_idle()
+            t0 = time.perf_counter()
+            if s.maybe_swap():
+                r.swaps[s.drafter_version] = round(time.perf_counter() - t0, 2)
+                if i % cfg.eval_every == 0 or i == len(r.items.stream):
+                    r.curve.append(r.measure(r.items.heldout, "curve", new, i))
+                    trainer.registry.annotate(s.drafter_version, {"heldout": r.curve[-1]})
+            elif status["last_error"]:
+                print(f"update after {i} prompts not published: {status['last_error']}", flush=True)
+    finally:
+        uploader.stop()
+
+
+def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:
+    for u in updates:
+        u["swap_s"] = r.swaps.get(u.get("version"), 0.0)
+    result = {"curve": r.curve, "control": r.control, "old": r.old, "updates": updates,
+              "summary": summary(r.curve, r.control, r.old, updates, round(seconds, 1)),
+              "heldout": r.items.heldout, "config": r.cfg.__dict__, "settings": r.settings.__dict__,
+              "seconds": round(seconds, 1)}
+    for line in summary_lines(result["summary"]):
+        print(line, flush=True)
     (out / "adapt.json").write_text(json.dumps(result, indent=1, default=str))
-    plot = _plot(curve, control, out / "adapt.png", settings)
+    path = _report_plot(r.curve, r.control, out / "adapt.png", r.settings, r.old,
+                        r.curve[0]["set"] if r.curve else "")
     print(f"{result['seconds']:.0f} s; wrote {out / 'adapt.json'}"
-          + (f" and {plot}" if plot else " (no plot: matplotlib missing)"))
+          + (f" and {path}" if path else " (no plot: matplotlib missing)"))
     return result
 
 
 def _show(pt: dict, label: str = "") -> None:
     head = label or f"after {pt['prompts']:3d} prompts [{pt['version']}]"
+    prefix = "held-out" if pt.get("kind", "curve") in ("curve", "control") else "old domain"
     tau = f"tau {pt['tau']:.3f}" if pt["measured"] else "tau (not measured)"
     k = f"k = {pt['k']}" + (f" (asked {pt['k_asked']}: the target verifies at most {pt['k'] + 1} tokens a pass)"
                             if pt["k"] != pt["k_asked"] else "")
-    print(f"held-out {head}: acceptance {acceptance_text(pt['accepted'], pt['proposed'])}, {tau} "
+    print(f"{prefix} {head}: acceptance {acceptance_text(pt['accepted'], pt['proposed'])}, {tau} "
           f"({pt['tokens']} tokens in {pt['target_passes']} target passes, {k}, {pt['seconds']:.0f} s)", flush=True)
 
 
-def _plot(curve: list[dict], control: dict | None, path: Path, settings=None) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    ok = [p for p in curve if p["measured"]]
-    low = [p for p in curve if not p["measured"]]
-    x = [p["prompts"] for p in ok]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
-    ax1.plot(x, [100 * p["acceptance"] for p in ok], "o-", color="tab:blue", label="trained drafter")
-    for p in ok:
-        ax1.annotate(f"{p['accepted']}/{p['proposed']}", (p["prompts"], 100 * p["acceptance"]), fontsize=7,
-                     textcoords="offset points", xytext=(0, 6), ha="center")
-    ax2.plot(x, [p["tau"] for p in ok], "s-", color="tab:orange", label="trained drafter")
-    if control is not None and control["measured"]:
-        ax1.axhline(100 * control["acceptance"], ls="--", color="grey",
-                    label=f"control: untrained, {control['qtype']} ({control['accepted']}/{control['proposed']})")
-        ax2.axhline(control["tau"], ls="--", color="grey", label=f"control: untrained, {control['qtype']}")
-    if low:
-        ax1.plot([p["prompts"] for p in low], [0] * len(low), "x", color="red", clip_on=False,
-                 label="too few drafted tokens (not a rate)")
-    ax1.set_xlabel("training prompts seen")
-    ax1.set_ylabel("held-out acceptance (%)")
-    ax2.set_xlabel("training prompts seen")
-    ax2.set_ylabel("tokens per target pass (tau)")
-    k = curve[0]["k"] if curve else "?"
-    pair = f"{settings.draft} -> {settings.target}, " if settings is not None else ""
-    fig.suptitle(f"omnidraft adapt: {pair}held-out, greedy, k = {k}", fontsize=10)
-    # a curve within noise must look flat: never zoom in past 10 acceptance points / 0.25 tokens per pass
-    for ax, span in ((ax1, 10.0), (ax2, 0.25)):
-        lo, hi = ax.get_ylim()
-        if hi - lo < span:
-            mid = (lo + hi) / 2
-            ax.set_ylim(mid - span / 2, mid + span / 2)
-    for ax in (ax1, ax2):
-        ax.legend(fontsize=7, loc="lower right")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+def _plot(curve: list[dict], control: dict | None, path: Path, settings=None, old: dict | None = None) -> Path | None:
+    """The run's plot (``adapt_report.plot``)."""
+    return _report_plot(curve, control, path, settings, old)

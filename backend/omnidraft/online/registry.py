@@ -6,6 +6,8 @@ Layout under ``root``::
     versions/<id>/meta.json       sha256 of model.gguf, parent, steps, records seen, checks, held-out acceptance, ...
     CURRENT                       {"version": "<id>"}: the version generators should use
     registry.json                 {"base_path": "..."}: the drafter "base" stands for
+    heldout.json                  [{version, prompts, acceptance, ...}]: held-out measurements of versions, in
+                                  the order taken (``omnidraft adapt`` writes them; the server shows them)
 
 Publishing writes ``versions/.tmp-<id>-<rand>/`` (files fsynced), renames it to ``versions/<id>``, then
 replaces ``CURRENT`` through a temp file + ``os.replace``.  A crash at any point leaves ``CURRENT``
@@ -41,6 +43,7 @@ from omnidraft.errors import BadRequest, RegistryCorrupt
 log = logging.getLogger(__name__)
 
 BASE = "base"
+HELDOUT = "heldout.json"
 _ID = re.compile(r"^v(\d{4,})$")
 
 
@@ -212,6 +215,19 @@ class DrafterRegistry:
             m.update({k: v for k, v in extra.items() if k not in ("sha256", "version")})  # never the identity
             _atomic_write(d / "meta.json", m)
 
+    def add_evaluation(self, point: dict) -> None:
+        """Append one held-out measurement (of a version, ``base`` or a control) to heldout.json, atomically."""
+        with self._locked():
+            _atomic_write(self.root / HELDOUT, self.evaluations() + [dict(point)])
+
+    def evaluations(self) -> list[dict]:
+        """Every held-out measurement so far, oldest first ([] if none or unreadable: they are only shown)."""
+        try:
+            points = json.loads((self.root / HELDOUT).read_text())
+        except (OSError, ValueError):
+            return []
+        return [p for p in points if isinstance(p, dict)] if isinstance(points, list) else []
+
     def rollback(self, version: str) -> None:
         """Make an existing version (or ``base``) current."""
         with self._locked():
@@ -272,7 +288,7 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, obj: dict) -> None:
+def _atomic_write(path: Path, obj: dict | list) -> None:
     """Write JSON to ``path`` via a temp file + fsync + rename: readers see the old or the new file."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "w") as f:

@@ -93,6 +93,13 @@ def shutdown(app: Flask) -> None:
             log.exception("closing the outbox failed")
 
 
+def _heldout(session) -> list[dict]:
+    """Held-out measurements of the drafter versions (``omnidraft adapt`` writes them into the registry the
+    server swaps from): the Learning tab's held-out curve.  [] without a registry."""
+    registry = getattr(session, "registry", None)
+    return registry.evaluations() if hasattr(registry, "evaluations") else []
+
+
 # ---------------------------------------------------------------- hooks
 def _endpoint_label() -> str:
     return request.url_rule.rule if request.url_rule is not None else "other"
@@ -234,7 +241,7 @@ def _install_routes(app: Flask) -> None:
         st = state(app)
         view = st.metrics.stats_view(limit if limit and limit > 0 else None)
         s = st.session.settings  # the pair, for the app's header
-        view.update(target=s.target, draft=s.draft, method=s.method)
+        view.update(target=s.target, draft=s.draft, method=s.method, heldout=_heldout(st.session))
         return jsonify(view)
 
     @app.get("/")

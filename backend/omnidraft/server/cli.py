@@ -125,6 +125,10 @@ class WatchedRegistry:
             self.metrics.set_problem(self.SOURCE, None)
         return cur
 
+    def evaluations(self) -> list[dict]:
+        """The registry's held-out measurements (shown by /v1/omnidraft/stats; never raises)."""
+        return self.registry.evaluations()
+
     def _problem(self, message: str) -> None:
         if message not in self._logged:
             self._logged.add(message)

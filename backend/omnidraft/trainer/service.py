@@ -40,6 +40,9 @@ from .store import Inbox
 log = logging.getLogger(__name__)
 
 
+# the settings that shape an update, recorded with each published version
+_UPDATE_FIELDS = ("lam", "lr", "lora_rank", "max_len", "epochs", "prompt_lam", "train_embeddings", "replay_ratio",
+                  "recent", "recent_ratio")
 HISTORY = 100  # updates kept in memory for /v1/status
 MAX_ERRORS = 20  # record errors listed in one 400 answer
 RETRY_MIN_S, RETRY_MAX_S = 5.0, 600.0  # a failing update is tried again after 5 s, 10 s, ... at most 10 min
@@ -85,16 +88,6 @@ def retry_delay(failures: int) -> float:
 
 
 @dataclass
-class _Pass:
-    """One pass over an update's records."""
-
-    losses: list[float] = field(default_factory=list)
-    bad: list[tuple[int, str, str]] = field(default_factory=list)  # (seq, record id, reason): to quarantine
-    discard: bool = False  # a step left non-finite weights: the whole pass is thrown away
-    model: object = None  # the model trained (with its LoRA adapter, not merged)
-
-
-@dataclass
 class TrainerConfig:
     """Settings of the trainer process (the CLI flags are generated from these fields)."""
 
@@ -104,8 +97,21 @@ class TrainerConfig:
     lam: float = field(default=0.2, metadata={"help": "lambda: weight of the n-gram NLL term"})
     lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    lora_rank: int = field(default=32, metadata={"help": "LoRA rank; 0 = full fine-tuning"})
+    lora_rank: int = field(default=0, metadata={"help": "LoRA rank; 0 = full fine-tuning of the layers"})
     max_len: int = field(default=1024, metadata={"help": "tokens per training sequence (prompt cut from the left)"})
+    epochs: int = field(default=3, metadata={"help": "passes over each update's new records"})
+    prompt_lam: float = field(default=0.5, metadata={"help": "weight of the prompt's teacher-forced NLL (0 = the "
+                                                             "paper's loss: outputs only)"})
+    train_embeddings: bool = field(default=False, metadata={"help": "full fine-tuning: train the token embedding "
+                                                                    "(and tied head) too, not only the layers"})
+    replay: str = field(default="", metadata={"help": "records of the old domains (JSON lines) replayed in every "
+                                                      "update so that they are not forgotten ('' = none)"})
+    replay_ratio: float = field(default=0.5, metadata={"help": "replay steps per new record in an update"})
+    recent: int = field(default=0, metadata={"help": "records of earlier updates (the newest) drawn from in "
+                                                   "each update"})
+    recent_ratio: float = field(default=1.0, metadata={"help": "steps on those per new record in an update"})
+    precision: str = field(default="auto", metadata={"help": "training products: auto (bf16 where the CPU has it "
+                                                             "natively, else f32) | bf16 | f32"})
     qtype: str = field(default="", metadata={"help": "quantization of published drafters (default: the base's)"})
     keep: int = field(default=5, metadata={"help": "published versions kept on disk"})
     check_tokens: int = field(default=16, metadata={"help": "tokens compared torch vs llama.cpp before publishing"})
@@ -136,6 +142,7 @@ class Trainer:
         self.busy = False
         self.last_error: str | None = None
         self.discarded = 0  # updates thrown away because a step made the weights non-finite
+        self.replay: list[dict] = []  # the old domains' records, replayed in every update (read at start())
         self._vocab: DrafterVocab | None = None
         self._vocab_lock = threading.Lock()
         self._wake = threading.Event()
@@ -182,6 +189,15 @@ class Trainer:
                 "history": self.history[-5:]}
 
     # -------------------------------------------------------------- training
+    def load_replay(self) -> int:
+        """Read ``cfg.replay`` (records checked against this drafter's vocabulary); the pool's size."""
+        from .update import load_replay
+
+        if self.cfg.replay:
+            vocab = self.vocab()
+            self.replay = load_replay(self.cfg.replay, vocab.n_vocab, vocab.fp)
+        return len(self.replay)
+
     def _load(self) -> None:
         import torch
 
@@ -246,7 +262,7 @@ class Trainer:
             if not _finite(self.model.parameters()):
                 raise FloatingPointError("the merged weights are non-finite: not published")
             self.steps_total += len(done.losses)
-            meta = self._publish(export_gguf, check_gguf, done.losses, train_s, len(rows))
+            meta = self._publish(export_gguf, check_gguf, done, train_s, len(rows))
             self.inbox.mark_trained([s for s, _ in rows], self.updates + 1)
             self.updates += 1
             self.history.append(meta)
@@ -275,49 +291,14 @@ class Trainer:
         self._quarantine(bad)
         return good
 
-    def _train_pass(self, rows: list[tuple[int, dict]]) -> _Pass:
-        """One AdamW step per record (on a fresh adapter with LoRA), skipping any step whose loss or gradient
-        is non-finite; stops (``discard``) at a step that leaves non-finite weights."""
-        import torch
+    def _train_pass(self, rows: list[tuple[int, dict]]):
+        """This update's steps (``update.train_pass``); replay records that failed a step leave the pool."""
+        from .update import train_pass
 
-        from . import loss as L
-        from .model import add_lora
-
-        cfg = self.cfg
-        model = add_lora(self.model, cfg.lora_rank) if cfg.lora_rank > 0 else self.model
-        model.train()
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        done = _Pass(model=model)
-        for i, (seq, rec) in enumerate(rows):
-            try:
-                b = L.batch_from_record(rec, cfg.max_len)
-                if b is None:
-                    continue
-                loss, info = L.record_loss(model, b, cfg.lam)
-            except (ValueError, TypeError, IndexError, KeyError) as e:  # past validation: still never fatal
-                done.bad.append((seq, rec["id"], f"the record could not be trained on: {type(e).__name__}: {e}"))
-                continue
-            if not bool(torch.isfinite(loss)):
-                done.bad.append((seq, rec["id"], f"non-finite loss ({loss.item()}): step not taken"))
-                continue
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-            if not bool(torch.isfinite(norm)):
-                opt.zero_grad(set_to_none=True)
-                done.bad.append((seq, rec["id"], f"non-finite gradient (norm {norm.item()}): step not taken"))
-                continue
-            opt.step()
-            if not _finite(params):
-                done.bad.append((seq, rec["id"], "non-finite weights after its step: update discarded"))
-                done.discard = True
-                return done
-            done.losses.append(info["loss"])
-            log.info("update %d step %d/%d: loss %.4f (L_DM %.4f over %d, L_ngram %.4f over %d)",
-                     self.updates + 1, i + 1, len(rows), info["loss"], info["l_dm"], info["n_dm"],
-                     info["l_ngram"], info["n_ngram"])
-        model.eval()
+        recent = [r for _, r in self.inbox.recent_trained(self.cfg.recent)] if self.cfg.recent > 0 else []
+        done = train_pass(self.model, rows, self.replay, self.cfg, seed=self.updates + 1, recent=recent)
+        for j in sorted({j for j in done.bad_replay if j < len(self.replay)}, reverse=True):
+            del self.replay[j]  # (a recent record that fails is only skipped: it trained once already)
         return done
 
     def _quarantine(self, bad: list[tuple[int, str, str]]) -> None:
@@ -327,8 +308,9 @@ class Trainer:
         for _, rid, reason in bad:
             log.error("record %s quarantined (never retried): %s", rid, reason)
 
-    def _publish(self, export_gguf, check_gguf, losses: list[float], train_s: float, n_records: int) -> dict:
-        cfg = self.cfg
+    def _publish(self, export_gguf, check_gguf, done, train_s: float, n_records: int) -> dict:
+        """Export, check and publish the trained model; its metadata.  Losses are the new records' steps'."""
+        cfg, losses = self.cfg, done.new_losses
         t0 = time.perf_counter()
         tmp = self.registry.root / f".export-{time.time_ns()}.gguf"
         try:
@@ -336,26 +318,27 @@ class Trainer:
             check = check_gguf(tmp, self.model, self.qtype, cfg.check_tokens, threads=cfg.threads)
             if not check.ok:
                 raise BadRequest(f"exported drafter fails the logits check: {check.as_dict()}")
-            meta = {"parent": self.model_version or "base", "update": self.updates + 1, "steps": len(losses),
+            meta = {"parent": self.model_version or "base", "update": self.updates + 1, "steps": len(done.losses),
                     "steps_total": self.steps_total, "records_seen": self.inbox.counts()["records"],
-                    "records_in_update": n_records, "loss_first": losses[0] if losses else None,
+                    "records_in_update": n_records, "replayed": done.replayed, "loss_first": losses[0] if losses else None,
                     "loss_last": losses[-1] if losses else None,
                     "loss_mean": sum(losses) / len(losses) if losses else None, "train_s": round(train_s, 2),
                     "export_s": round(time.perf_counter() - t0, 2), "qtype": self.qtype, "check": check.as_dict(),
-                    "config": {k: v for k, v in asdict(cfg).items() if k in ("lam", "lr", "lora_rank", "max_len")}}
+                    "config": {k: v for k, v in asdict(cfg).items() if k in _UPDATE_FIELDS}}
             version = self.registry.publish(tmp, meta, move=True)
         finally:
             tmp.unlink(missing_ok=True)
         self.model_version = version
-        meta["version"] = version
+        meta.update(version=version, publish_s=round(time.perf_counter() - t0, 2))  # export + check + publish
         log.info("update %d published as %s: loss %.4f -> %.4f, %d steps in %.1f s, export+check %.1f s",
-                 meta["update"], version, meta["loss_first"] or 0, meta["loss_last"] or 0, len(losses), train_s,
+                 meta["update"], version, meta["loss_first"] or 0, meta["loss_last"] or 0, len(done.losses), train_s,
                  meta["export_s"])
         return meta
 
     # --------------------------------------------------------------- worker
     def start(self) -> "Trainer":
         self.vocab()  # a drafter that cannot be read fails here, at start-up, not at the first upload
+        self.load_replay()
         self._thread = threading.Thread(target=self._run, name="omnidraft-trainer", daemon=True)
         self._thread.start()
         return self
@@ -380,6 +363,6 @@ class Trainer:
 
 
 def _finite(params) -> bool:
-    import torch
+    from .update import finite
 
-    return all(bool(torch.isfinite(p).all()) for p in params)
+    return finite(params)

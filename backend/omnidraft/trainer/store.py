@@ -55,6 +55,13 @@ class Inbox:
                                     (limit,)).fetchall()
         return [(s, json.loads(zlib.decompress(b))) for s, b in rows]
 
+    def recent_trained(self, limit: int) -> list[tuple[int, dict]]:
+        """The ``limit`` most recently stored records already trained on, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT seq, body FROM records WHERE trained > 0 ORDER BY seq DESC LIMIT ?",
+                                    (limit,)).fetchall()
+        return [(s, json.loads(zlib.decompress(b))) for s, b in reversed(rows)]
+
     def mark_trained(self, seqs: list[int], update: int) -> None:
         with self._lock:
             self._db.executemany("UPDATE records SET trained = ? WHERE seq = ?", [(update, s) for s in seqs])

@@ -1,0 +1,122 @@
+"""What ``omnidraft adapt`` reports: the issue's figures from a run (``summary``) and its plot (``plot``):
+held-out acceptance and tau over the stream beside the control, and the old domains before and after."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omnidraft.online.rates import acceptance_text
+
+# issue 26's goals: held-out acceptance and tau above the control after at most 64 stream prompts, the old
+# domains within 2 points of before, one update <= 20 s, export + check + swap <= 10 s, the run <= 10 minutes
+GOALS = {"acceptance_points": 10.0, "tau": 0.3, "prompts": 64, "old_points": 2.0, "update_s": 20.0,
+         "publish_s": 10.0, "run_s": 600.0}
+
+
+def summary(curve: list[dict], control: dict | None, old: dict, updates: list[dict], run_s: float) -> dict:
+    """The run's figures against GOALS (None where a figure was not measured)."""
+    last = next((p for p in reversed(curve) if p["measured"] and p["prompts"] <= GOALS["prompts"]), None)
+    ok_control = control is not None and control["measured"] and last is not None
+    gain = 100 * (last["acceptance"] - control["acceptance"]) if ok_control else None
+    tau = last["tau"] - control["tau"] if ok_control else None
+    drift = {s: 100 * (p["after"]["acceptance"] - p["before"]["acceptance"]) for s, p in old.items()
+             if p.get("after") and p["before"]["measured"] and p["after"]["measured"]}
+    train = [u["train_s"] for u in updates]
+    publish = [u.get("publish_s", u["export_s"]) + u.get("swap_s", 0.0) for u in updates]
+    got = {"prompts": last["prompts"] if last else None, "acceptance_points": gain, "tau": tau, "old_points": drift,
+           "update_s": max(train, default=None), "publish_s": max(publish, default=None), "run_s": run_s}
+    met = {"acceptance_points": gain is not None and gain >= GOALS["acceptance_points"],
+           "tau": tau is not None and tau >= GOALS["tau"],
+           "old_points": bool(drift) and all(abs(d) <= GOALS["old_points"] for d in drift.values()),
+           "update_s": bool(train) and max(train) <= GOALS["update_s"],
+           "publish_s": bool(publish) and max(publish) <= GOALS["publish_s"], "run_s": run_s <= GOALS["run_s"]}
+    return {"goals": GOALS, "measured": got, "met": met}
+
+
+def summary_lines(s: dict) -> list[str]:
+    g, m, ok = s["goals"], s["measured"], s["met"]
+    yes = {True: "met", False: "NOT met"}
+
+    def num(v, fmt):
+        return "not measured" if v is None else format(v, fmt)
+
+    old = ", ".join(f"{k} {v:+.1f}" for k, v in m["old_points"].items()) or "not measured"
+    return [f"after {m['prompts']} prompts: held-out acceptance {num(m['acceptance_points'], '+.1f')} points vs the "
+            f"control (goal >= +{g['acceptance_points']:.0f}: {yes[ok['acceptance_points']]}), tau "
+            f"{num(m['tau'], '+.3f')} (goal >= +{g['tau']}: {yes[ok['tau']]})",
+            f"old domains, acceptance after - before: {old} points (goal within {g['old_points']:.0f}: "
+            f"{yes[ok['old_points']]})",
+            f"slowest update {num(m['update_s'], '.1f')} s (goal <= {g['update_s']:.0f}: {yes[ok['update_s']]}), "
+            f"slowest export + check + swap {num(m['publish_s'], '.1f')} s (goal <= {g['publish_s']:.0f}: "
+            f"{yes[ok['publish_s']]}), run {m['run_s']:.0f} s (goal <= {g['run_s']:.0f}: {yes[ok['run_s']]})"]
+
+
+def plot(curve: list[dict], control: dict | None, path: Path, settings=None, old: dict | None = None,
+         title: str = "") -> Path | None:
+    """Acceptance and tau over the prompts streamed (control dashed), and the old domains before/after."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    panels = 3 if old else 2
+    fig, axes = plt.subplots(1, panels, figsize=(4.5 * panels, 3.8))
+    _curve_panels(axes[0], axes[1], curve, control)
+    if old:
+        _old_panel(axes[2], old)
+    k = curve[0]["k"] if curve else "?"
+    pair = f"{settings.draft} -> {settings.target}, " if settings is not None else ""
+    fig.suptitle(f"omnidraft adapt: {title or 'held-out'} ({pair}greedy, k = {k})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _curve_panels(ax1, ax2, curve: list[dict], control: dict | None) -> None:
+    ok = [p for p in curve if p["measured"]]
+    low = [p for p in curve if not p["measured"]]
+    x = [p["prompts"] for p in ok]
+    ax1.plot(x, [100 * p["acceptance"] for p in ok], "o-", color="tab:blue", label="trained drafter")
+    for p in ok:
+        ax1.annotate(f"{p['accepted']}/{p['proposed']}", (p["prompts"], 100 * p["acceptance"]), fontsize=7,
+                     textcoords="offset points", xytext=(0, 6), ha="center")
+    ax2.plot(x, [p["tau"] for p in ok], "s-", color="tab:orange", label="trained drafter")
+    if control is not None and control["measured"]:
+        ax1.axhline(100 * control["acceptance"], ls="--", color="grey",
+                    label=f"control: untrained, {control['qtype']} ({control['accepted']}/{control['proposed']})")
+        ax2.axhline(control["tau"], ls="--", color="grey", label=f"control: untrained, {control['qtype']}")
+    if low:
+        ax1.plot([p["prompts"] for p in low], [0] * len(low), "x", color="red", clip_on=False,
+                 label="too few drafted tokens (not a rate)")
+    ax1.set_ylabel("held-out acceptance (%)")
+    ax2.set_ylabel("tokens per target pass (tau)")
+    # a curve within noise must look flat: never zoom in past 10 acceptance points / 0.25 tokens per pass
+    for ax, span in ((ax1, 10.0), (ax2, 0.25)):
+        ax.set_xlabel("stream prompts seen")
+        lo, hi = ax.get_ylim()
+        if hi - lo < span:
+            mid = (lo + hi) / 2
+            ax.set_ylim(mid - span / 2, mid + span / 2)
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
+
+
+def _old_panel(ax, old: dict) -> None:
+    names = list(old)
+    for j, (when, color) in enumerate((("before", "tab:grey"), ("after", "tab:green"))):
+        pts = [old[n].get(when) for n in names]
+        xs = [i + (j - 0.5) * 0.38 for i in range(len(names))]
+        ax.bar(xs, [100 * p["acceptance"] if p else 0 for p in pts], width=0.36, color=color,
+               label="base drafter" if when == "before" else "after the stream")
+        for x, p in zip(xs, pts):
+            if p:
+                ax.annotate(acceptance_text(p["accepted"], p["proposed"]).split(" (")[0], (x, 100 * p["acceptance"]),
+                            fontsize=7, textcoords="offset points", xytext=(0, 3), ha="center")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("held-out acceptance (%)")
+    ax.set_title("old domains", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3, axis="y")
