@@ -3,12 +3,12 @@ cut from, and bench.e2e folds each place's runs (and its upstream build's peer r
 
 import json
 
-from omnidraft.bench import e2e, prompts
+from omnidraft.bench import e2e, prompts, snapshot
 
 
 def test_a_snapshot_is_the_sets_first_held_out_items(tmp_path):
-    path = prompts.export("humaneval", 3, tmp_path)
-    snap, full = prompts.load(str(path)), prompts.load("humaneval")
+    path = snapshot.export("humaneval", 3, tmp_path)
+    snap, full = snapshot.load_set(str(path)), prompts.load("humaneval")
     assert snap.name == "humaneval" and snap.split("heldout") == full.split("heldout")[:3]
     assert "snapshot humaneval.json" in snap.source and snap.licence == full.licence
 

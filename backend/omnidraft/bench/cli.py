@@ -174,7 +174,7 @@ def _csv(s: str) -> list[str]:
 def _cmd_run(cfg: RunSettings) -> int:
     from omnidraft.spec.generator import GenerationParams
     from omnidraft.runtime.session import Session, Settings
-    from . import prompts, report, runner
+    from . import report, runner, snapshot
 
     preset = dict(PRESETS[cfg.preset])
     preset.update({k: getattr(cfg, k) for k in preset if getattr(cfg, k, None) is not None})  # flags given win
@@ -203,7 +203,7 @@ def _cmd_run(cfg: RunSettings) -> int:
             modes.append(("sampled", GenerationParams(max_tokens=preset["max_tokens"], temperature=0.7,
                                                       top_p=0.95, seed=1234)))
         for set_name in _csv(preset["sets"]):
-            pset = prompts.load(set_name)  # a name, or a snapshot file (prompts.export)
+            pset = snapshot.load_set(set_name)  # a name, or a snapshot file (bench.snapshot.export)
             set_name = pset.name
             items = pset.split("heldout")[: int(preset["n"])]
             for mode, params in modes:

@@ -73,35 +73,14 @@ class PromptSet:
 
 
 def load(name: str, seed: int = 0) -> PromptSet:
-    """A set by name, or a snapshot written by ``export`` (a path ending in .json): what a machine without the
-    sets' sources (the lent GPU machine: no registry, no ShareGPT) runs."""
-    if name.endswith(".json"):
-        return load_snapshot(Path(name))
+    """A set by name (``bench.snapshot.load_set`` also reads the snapshot files that ``bench.snapshot.export``
+    writes)."""
     builders = {"humaneval": _humaneval, "stdlib-code": _stdlib_code, "docs": _docs, "chat": _chat,
                 "stubs": _stubs, "code-other": _code_other, "nl": _nl, "chat-fresh": _chat_fresh,
                 "javascript": _javascript}
     if name not in builders:
         raise ValueError(f"unknown prompt set {name!r}; choose from {', '.join(SETS)}")
     return builders[name](seed)
-
-
-# ---------------------------------------------------------------- snapshots
-def export(name: str, n: int, out_dir: Path, seed: int = 0) -> Path:
-    """The first ``n`` held-out items of a set (what ``bench run --n n`` takes) as ``out_dir/NAME.json``."""
-    ps = load(name, seed)
-    items = ps.split("heldout")[:n]
-    path = Path(out_dir) / f"{ps.name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"name": ps.name, "version": ps.version, "source": ps.source, "licence": ps.licence,
-                                "seed": seed, "described": ps.describe(),
-                                "items": [[i.id, i.prompt, i.chat, i.split] for i in items]}))
-    return path
-
-
-def load_snapshot(path: Path) -> PromptSet:
-    d = json.loads(Path(path).read_text())
-    return PromptSet(d["name"], d["version"], f"{d['source']} (snapshot {Path(path).name}, seed {d['seed']})",
-                     d["licence"], [Item(*row) for row in d["items"]])
 
 
 # ---------------------------------------------------------------- chat
@@ -354,10 +333,8 @@ def _javascript(seed: int) -> PromptSet:
                      "those of the installed packages (local use only)", items)
 
 
-_NL_PER_LANG = 2
-_NL_MIN = 16
-_NL_CHARS = (500, 800)
-_NL_CHARS_AFTER = 1000
+_NL_PER_LANG, _NL_MIN = 2, 16  # items a language, items in all
+_NL_CHARS, _NL_CHARS_AFTER = (500, 800), 1000
 
 
 def _man_split(path: Path) -> str:
@@ -416,10 +393,3 @@ def _nl(seed: int) -> PromptSet:
         items += got
     return PromptSet("nl", VERSION, "this machine's translated man pages (/usr/share/man/<lang>)",
                      "those of the man-page packages (local use only)", items)
-
-
-if __name__ == "__main__":  # python -m omnidraft.bench.prompts export SET[,SET...] N OUT_DIR
-    if len(sys.argv) != 5 or sys.argv[1] != "export":
-        sys.exit("usage: python -m omnidraft.bench.prompts export SET[,SET...] N OUT_DIR")
-    for set_name in sys.argv[2].split(","):
-        print(export(set_name, int(sys.argv[3]), Path(sys.argv[4])))
