@@ -97,10 +97,8 @@ def with_file_prefix(item, chars: int):
 
 
 def cmd_records(args) -> None:
-    from omnidraft.apps.adapt import prompt_input
+    from omnidraft.apps.adapt import answer_record
     from omnidraft.bench import prompts
-    from omnidraft.spec.generator import GenerationParams
-    from omnidraft.online.records import build_record
     from omnidraft.runtime.session import Session, Settings
 
     out = Path(args.out)
@@ -117,11 +115,8 @@ def cmd_records(args) -> None:
             t0 = time.perf_counter()
             with open(out / f"{name}.jsonl", "w") as fh:
                 for it in items:
-                    gen = session.generator()
                     text = with_file_prefix(it, args.long_chars) if name == "js-stream-long" else it.prompt
-                    pin = prompt_input(gen, (text, it.chat))
-                    final = gen.generate(pin, GenerationParams(max_tokens=args.max_tokens, record_topk=8))
-                    rec = build_record(final, pin, session.pair, gen.method, "base")
+                    rec = answer_record(session, (text, it.chat), args.max_tokens, 8, "base")[1]
                     rec["prompt_item"] = it.id
                     fh.write(json.dumps(rec) + "\n")
             print(f"{name}: {len(items)} records in {time.perf_counter() - t0:.0f} s", flush=True)

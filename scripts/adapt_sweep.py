@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 
 from omnidraft.assets import models
-from omnidraft.apps.adapt import AdaptConfig, evaluate, export_control, load_items, prompt_input
-from omnidraft.spec.generator import GenerationParams
+from omnidraft.apps.adapt import AdaptConfig, answer_record, evaluate, export_control, load_items
 from omnidraft.online.rates import acceptance_text
-from omnidraft.online.records import build_record
 from omnidraft.runtime.session import Session, Settings
 
 
@@ -71,13 +69,7 @@ def main() -> None:
     results: dict = {"config": vars(args), "points": []}
 
     def generate_records(items) -> list[dict]:
-        recs = []
-        for item in items:
-            gen = session.generator()
-            pin = prompt_input(gen, item)
-            f = gen.generate(pin, GenerationParams(max_tokens=cfg.max_tokens, record_topk=cfg.record_topk))
-            recs.append(build_record(f, pin, session.pair, gen.method, "base"))
-        return recs
+        return [answer_record(session, item, cfg.max_tokens, cfg.record_topk, "base")[1] for item in items]
 
     if not args.no_accept:
         results["base"] = evaluate(session, *ev)

@@ -205,6 +205,15 @@ def load_old(cfg: AdaptConfig) -> tuple[dict[str, list[Prompt]], list[Prompt]]:
     return old, replay
 
 
+def answer_record(session, item: Prompt, max_tokens: int, record_topk: int, version: str | None = None):
+    """The session's answer to ``item`` and its training record (as the server uploads it), tagged with
+    ``version`` (default: the drafter version now in use)."""
+    gen = session.generator()
+    pin = prompt_input(gen, item)
+    final = gen.generate(pin, GenerationParams(max_tokens=max_tokens, record_topk=record_topk))
+    return final, build_record(final, pin, session.pair, gen.method, version or session.drafter_version)
+
+
 def replay_records(session, prompts: list[Prompt], cfg: AdaptConfig) -> list[dict]:
     """The target's records of the old domains' stream prompts (what the trainer replays), cached by everything
     they depend on: greedy, so the same target, vocabularies and prompts give the same records."""
@@ -214,12 +223,7 @@ def replay_records(session, prompts: list[Prompt], cfg: AdaptConfig) -> list[dic
     path = models.cache_dir() / "replay" / f"{key}.jsonl"
     if path.is_file():
         return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    recs = []
-    for item in prompts:
-        gen = session.generator()
-        pin = prompt_input(gen, item)
-        final = gen.generate(pin, GenerationParams(max_tokens=cfg.max_tokens, record_topk=cfg.record_topk))
-        recs.append(build_record(final, pin, session.pair, gen.method, "base"))
+    recs = [answer_record(session, item, cfg.max_tokens, cfg.record_topk, "base")[1] for item in prompts]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in recs))
@@ -335,10 +339,8 @@ def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
     s.registry = trainer.registry
     try:
         for i, item in enumerate(r.items.stream, 1):
-            gen = s.generator()
-            pin = prompt_input(gen, item)
-            final = gen.generate(pin, GenerationParams(max_tokens=cfg.max_tokens, record_topk=cfg.record_topk))
-            outbox.put(build_record(final, pin, s.pair, gen.method, s.drafter_version))
+            final, record = answer_record(s, item, cfg.max_tokens, cfg.record_topk)
+            outbox.put(record)
             uploader.kick()
             st = final.stats
             print(f"prompt {i:3d} [{s.drafter_version}] {st.completion_tokens} tokens, tau {st.tau:.2f}, "
