@@ -240,6 +240,43 @@ def test_head_topk_in_row_chunks_equals_all_rows_at_once():
     assert v0.shape == (0, 4) and i0.shape == (0, 4)
 
 
+def test_topk_pass_halves_a_group_that_runs_out_of_gpu_memory():
+    """A group too big for the GPU is split and retried, with the same result as one that fits."""
+    import torch
+
+    from omnidraft.distill.teacher import topk_at
+
+    torch.manual_seed(0)
+    emb, head = torch.nn.Embedding(50, 8), torch.nn.Linear(8, 50, bias=False)
+
+    class Model(torch.nn.Module):  # the shape of a transformers causal LM: .model(...).last_hidden_state, .lm_head
+        def __init__(self, limit):
+            super().__init__()
+            self.limit, self.calls, self.lm_head = limit, [], head
+            outer = self
+
+            class Body(torch.nn.Module):
+                def forward(self, input_ids, use_cache=True):
+                    outer.calls.append(input_ids.shape[0])
+                    if input_ids.shape[0] > outer.limit:
+                        raise torch.OutOfMemoryError("CUDA out of memory (test)")
+                    return type("Out", (), {"last_hidden_state": emb(input_ids).cumsum(1)})
+
+            self.model = Body()
+
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(0, 50, size=n).astype(np.int32) for n in (5, 6, 6, 7, 5, 6, 7, 7)]
+    rows = [np.arange(0, len(s), 2) for s in seqs]
+    whole = topk_at(Model(limit=99), seqs, rows, 3, "cpu", max_tokens=1000, progress=False)
+    small = Model(limit=2)
+    split = topk_at(small, seqs, rows, 3, "cpu", max_tokens=1000, progress=False)
+    assert small.calls[0] == 8 and max(small.calls) == 8 and small.calls.count(2) == 4
+    for (i0, p0), (i1, p1) in zip(whole, split):
+        assert (i0 == i1).all() and np.allclose(p0, p1, atol=1e-6)
+    with pytest.raises(torch.OutOfMemoryError):  # one sequence that does not fit is a real error
+        topk_at(Model(limit=0), seqs[:2], rows[:2], 3, "cpu", max_tokens=1000, progress=False)
+
+
 def test_device_pipeline_script_runs_end_to_end_on_cpu_ranks(tiny_llama, tmp_path):
     """scripts/distill_device.sh's whole `pipeline` (teacher, drafter, scaling runs, meta), detached with `bg`
     and followed with `wait` as on the GPU machine, on 2 gloo ranks: a script error found here costs no device

@@ -98,28 +98,55 @@ def topk_at(model, seqs: list[np.ndarray], rows: list[np.ndarray], k: int, devic
             progress: bool = True, d: Dist = Dist(), head_rows: int = 4096):
     """For each sequence, the target's top-k ids and probabilities at logits rows ``rows[i]`` (under torchrun:
     for the sequences of this rank's batch groups, None elsewhere)."""
-    import torch
     from tqdm import tqdm
 
     res = [None] * len(seqs)
     groups = dist.shard(list(batches(np.asarray([len(s) for s in seqs]), max_tokens)), d)
     for grp in tqdm(groups, desc="teacher: top-k", disable=not progress):
-        L = max(len(seqs[i]) for i in grp)
-        ids = torch.zeros((len(grp), L), dtype=torch.long)
-        for r, i in enumerate(grp):  # right padding: causal attention never looks at it
-            ids[r, : len(seqs[i])] = torch.as_tensor(seqs[i].astype(np.int64))
-        with torch.no_grad():
-            hidden = model.model(input_ids=ids.to(device)).last_hidden_state
-            sel_b = torch.cat([torch.full((len(rows[i]),), r, dtype=torch.long) for r, i in enumerate(grp)])
-            sel_t = torch.cat([torch.as_tensor(rows[i].astype(np.int64)) for i in grp])
-            h = hidden[sel_b.to(device), sel_t.to(device)]
-            val, idx = _head_topk(model.lm_head, h, k, head_rows)
-        start = 0
-        for i in grp:
-            n = len(rows[i])
-            res[i] = (idx[start: start + n], val[start: start + n])
-            start += n
+        for part in _fitting(grp, lambda g: _group_topk(model, seqs, rows, g, k, device, head_rows)):
+            for i, r in part.items():
+                res[i] = r
     return res
+
+
+def _fitting(grp: list[int], run) -> list[dict]:
+    """``run(grp)``, or on a GPU out-of-memory error ``run`` on each half of ``grp``, recursively: one group of
+    a length-sorted batching can hold far more rows than its neighbours, and a lost group must not cost a
+    device session (a 4-GPU run once stopped at one)."""
+    import torch
+
+    try:
+        return [run(grp)]
+    except torch.OutOfMemoryError:
+        if len(grp) == 1:
+            raise
+    torch.cuda.empty_cache()
+    log.warning("top-k: a group of %d sequences ran out of GPU memory; halving it", len(grp))
+    half = len(grp) // 2
+    return _fitting(grp[:half], run) + _fitting(grp[half:], run)
+
+
+def _group_topk(model, seqs, rows, grp: list[int], k: int, device, head_rows: int) -> dict:
+    """{sequence: (top-k ids, probabilities) at its rows} for one batch group."""
+    import torch
+
+    L = max(len(seqs[i]) for i in grp)
+    ids = torch.zeros((len(grp), L), dtype=torch.long)
+    for r, i in enumerate(grp):  # right padding: causal attention never looks at it
+        ids[r, : len(seqs[i])] = torch.as_tensor(seqs[i].astype(np.int64))
+    with torch.no_grad():
+        hidden = model.model(input_ids=ids.to(device), use_cache=False).last_hidden_state
+        sel_b = torch.cat([torch.full((len(rows[i]),), r, dtype=torch.long) for r, i in enumerate(grp)])
+        sel_t = torch.cat([torch.as_tensor(rows[i].astype(np.int64)) for i in grp])
+        h = hidden[sel_b.to(device), sel_t.to(device)]
+        del hidden
+        val, idx = _head_topk(model.lm_head, h, k, head_rows)
+    out, start = {}, 0
+    for i in grp:
+        n = len(rows[i])
+        out[i] = (idx[start: start + n], val[start: start + n])
+        start += n
+    return out
 
 
 def map_topk(slot, rows, idx, p, t2d, k: int):
