@@ -54,3 +54,29 @@ def test_local_paths_and_short_names(tmp_path):
     assert models.resolve("QWEN2.5-CODER-0.5B", fetch=False).name.endswith(".gguf")
     with pytest.raises(models.ModelNotFound, match="known"):
         models.resolve("gpt-5")
+
+
+def test_a_derived_copy_is_remade_when_its_pinned_source_changes(private_cache, monkeypatch):
+    """`NAME:QTYPE` is made once per pinned file: the same pin reuses it, a new release (another sha256) or a
+    copy of unknown origin is re-quantized instead of serving the old model."""
+    import gguf_tools.quantize
+
+    made = []
+
+    def fake_quantize(src, dst, qtype, **_):
+        made.append(qtype)
+        dst.write_bytes(f"{qtype} of {src.name}".encode())
+
+    monkeypatch.setattr(gguf_tools.quantize, "quantize", fake_quantize)
+    monkeypatch.setattr(models, "ensure_verified", lambda name: private_cache / f"{name}.gguf")
+    name = "smollm2-135m"
+    out = models.resolve(f"{name}:q8_0")
+    assert made == ["q8_0"] and models.derived_source(out) == models.get_spec(name).sha256
+    assert models.resolve(f"{name}:q8_0") == out and made == ["q8_0"]  # same pin: reused
+    new = dataclasses.replace(models.get_spec(name), sha256="0" * 64)  # the model's next release
+    monkeypatch.setitem(models.REGISTRY, name, new)
+    assert models.resolve(f"{name}:q8_0") == out and made == ["q8_0"] * 2
+    assert models.derived_source(out) == "0" * 64
+    models._stamp(out).unlink()  # made by an older omnidraft: origin unknown
+    models.resolve(f"{name}:q8_0")
+    assert made == ["q8_0"] * 3

