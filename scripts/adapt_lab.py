@@ -44,6 +44,8 @@ SETS = {  # name -> (prompt set, split)
     "js-stream-long": ("javascript", "stream"),  # the same requests with the file's text before them (--long-chars)
     # one codebase: requests from the first half of each file, held out from the second half of the same files
     "js-same-stream": ("javascript", "same-stream"), "js-same-heldout": ("javascript", "same-heldout"),
+    # one user's own repository (bench.repo_sets): npm's CLI, stream and held-out files split by file
+    "npm-stream": ("npm-cli", "stream"), "npm-heldout": ("npm-cli", "heldout"),
 }
 
 
@@ -98,20 +100,21 @@ def with_file_prefix(item, chars: int):
 
 def cmd_records(args) -> None:
     from omnidraft.apps.adapt import answer_record
-    from omnidraft.bench import prompts
+    from omnidraft.bench.snapshot import load_set
     from omnidraft.runtime.session import Session, Settings
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     counts = {"js-stream": args.n_stream, "js-heldout": args.n_heldout, "py-heldout": args.n_heldout,
               "chat-heldout": args.n_heldout, "py-replay": args.n_replay, "chat-replay": args.n_replay,
-              "js-stream-long": args.n_stream, "js-same-stream": args.n_stream, "js-same-heldout": args.n_heldout}
+              "js-stream-long": args.n_stream, "js-same-stream": args.n_stream, "js-same-heldout": args.n_heldout,
+              "npm-stream": args.n_stream, "npm-heldout": args.n_heldout}
     same = same_files(args.n_stream, args.n_heldout) if "js-same" in args.sets else {}
     session = Session(Settings(target=args.target, draft=args.draft, threads=args.threads)).warm_up()
     try:
         for name in args.sets.split(","):
             n, (set_name, split) = counts[name], SETS[name]
-            items = same[split][:n] if split in same else prompts.load(set_name).split(split)[:n]
+            items = same[split][:n] if split in same else load_set(set_name).split(split)[:n]
             t0 = time.perf_counter()
             with open(out / f"{name}.jsonl", "w") as fh:
                 for it in items:
@@ -291,7 +294,7 @@ def main() -> None:
     t.add_argument("--configs", default="lora32-2e-4,full-1e-4")
     t.add_argument("--interval", type=int, default=16)
     t.add_argument("--n-stream", type=int, default=64)
-    t.add_argument("--stream", default="js-stream", choices=("js-stream", "js-stream-long", "js-same-stream"))
+    t.add_argument("--stream", default="js-stream", choices=("js-stream", "js-stream-long", "js-same-stream", "npm-stream"))
     t.add_argument("--lam", type=float, default=0.2)
     t.add_argument("--eval-every", type=int, default=16, help="score the held-out sets every this many prompts")
     t.add_argument("--max-len", type=int, default=1024)

@@ -71,8 +71,9 @@ class AdaptConfig:
     prompts: str = field(default="", metadata={"help": "prompt file (one per line, or a JSON list) sent as chat "
                                                           "messages; the last --n-heldout are held out (replaces "
                                                           "--stream-set)"})
-    stream_set: str = field(default="javascript", metadata={"help": "train on this prompt set's stream split "
-                                                                    "(javascript | humaneval | stdlib-code | ...)"})
+    stream_set: str = field(default="npm-cli", metadata={"help": "train on this prompt set's stream split (npm-cli: "
+                                                                 "one repository | javascript: the language | "
+                                                                 "humaneval | stdlib-code | ...)"})
     eval_set: str = field(default="", metadata={"help": "evaluate on this prompt set's held-out split "
                                                         "(default: the stream set's)"})
     old_sets: str = field(default="stdlib-code,chat", metadata={
@@ -143,10 +144,10 @@ def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
             raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
         heldout, pool = prompts[-cfg.n_heldout:], prompts[: -cfg.n_heldout]
         return [(pool[i % len(pool)], True) for i in range(cfg.n_train)], [(p, True) for p in heldout]
-    from omnidraft.bench import prompts as sets
+    from omnidraft.bench.snapshot import load_set
 
-    stream = [(i.prompt, i.chat) for i in sets.load(cfg.stream_set).split("stream")]
-    held = [(i.prompt, i.chat) for i in sets.load(cfg.eval_set or cfg.stream_set).split("heldout")]
+    stream = [(i.prompt, i.chat) for i in load_set(cfg.stream_set).split("stream")]
+    held = [(i.prompt, i.chat) for i in load_set(cfg.eval_set or cfg.stream_set).split("heldout")]
     return [stream[i % len(stream)] for i in range(cfg.n_train)], held[: cfg.n_heldout]
 
 
@@ -195,11 +196,11 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
 
 def load_old(cfg: AdaptConfig) -> tuple[dict[str, list[Prompt]], list[Prompt]]:
     """(old domain -> its held-out prompts, the replay prompts: each old domain's first stream prompts)."""
-    from omnidraft.bench import prompts as sets
+    from omnidraft.bench.snapshot import load_set
 
     old, replay = {}, []
     for name in filter(None, cfg.old_sets.split(",")):
-        ps = sets.load(name)
+        ps = load_set(name)
         old[name] = [(i.prompt, i.chat) for i in ps.split("heldout")[: cfg.n_old]]
         replay += [(i.prompt, i.chat) for i in ps.split("stream")[: cfg.n_replay]]
     return old, replay
