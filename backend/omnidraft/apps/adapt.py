@@ -8,6 +8,9 @@ file (``distill.sources.ADAPTATION_DOMAIN``), the stream is 64 completion reques
 (``bench.prompts`` set ``javascript``, its ``train`` files), the held-out prompts come from its held-out files,
 never streamed, and the old domains (Python code, chat) are measured before and after.  Each request goes the
 way a server's request goes: the session's generator, its training record, the outbox, the uploader.
+``--stream-set npm-cli`` (or ``undici``) is one user's own repository instead (``bench.repo_sets``: stream and
+held-out prompts from different files of one JavaScript codebase); measured, it gains no more than the language
+at large (BENCHMARKS.md, Adaptation), so the language stays the default.
 
 The trainer is its own process (``omnidraft trainer serve`` on a free loopback port), met the way a
 server deployment meets it: records posted over HTTP, drafter versions read from its registry on disk.
@@ -71,9 +74,9 @@ class AdaptConfig:
     prompts: str = field(default="", metadata={"help": "prompt file (one per line, or a JSON list) sent as chat "
                                                           "messages; the last --n-heldout are held out (replaces "
                                                           "--stream-set)"})
-    stream_set: str = field(default="npm-cli", metadata={"help": "train on this prompt set's stream split (npm-cli: "
-                                                                 "one repository | javascript: the language | "
-                                                                 "humaneval | stdlib-code | ...)"})
+    stream_set: str = field(default="javascript", metadata={"help": "train on this prompt set's stream split "
+                                                                    "(javascript: the language | npm-cli, undici: "
+                                                                    "one repository | humaneval | ...)"})
     eval_set: str = field(default="", metadata={"help": "evaluate on this prompt set's held-out split "
                                                         "(default: the stream set's)"})
     old_sets: str = field(default="stdlib-code,chat", metadata={

@@ -22,23 +22,36 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 from .prompts import VERSION, Item, PromptSet, PromptSourceMissing, _code_prompt, _interleave
 
-ROOT = Path("/usr/lib/node_modules/npm")
-PARTS = ("lib", "bin", "node_modules/@npmcli/arborist", "node_modules/@npmcli/config", "node_modules/libnpm*")
+
+@dataclass(frozen=True)
+class Repo:
+    root: Path
+    parts: tuple[str, ...]  # globs under root: the repository's packages as installed
+    licence: str
+
+
+NPM = Path("/usr/lib/node_modules/npm")
+REPOS = {
+    "npm-cli": Repo(NPM, ("lib", "bin", "node_modules/@npmcli/arborist", "node_modules/@npmcli/config",
+                          "node_modules/libnpm*"), "Artistic-2.0 (npm), ISC (its workspaces)"),
+    "undici": Repo(NPM / "node_modules/undici", ("lib", "index.js", "index-fetch.js"), "MIT"),
+}
 HELDOUT_EVERY = 4  # one file in four is held out
 PER_FILE = 2
-SETS = ("npm-cli",)
+SETS = tuple(REPOS)
 _STREAM, _HELDOUT = 160, 48
 
 
-def repo_files(root: Path = ROOT, parts: tuple[str, ...] = PARTS) -> list[Path]:
+def repo_files(repo: Repo) -> list[Path]:
     """The repository's .js files (its own nested node_modules and tests excluded), sorted."""
     out = set()
-    for part in parts:
-        for top in sorted(root.glob(part)):
+    for part in repo.parts:
+        for top in sorted(repo.root.glob(part)):
             for p in top.rglob("*.js"):
                 rel = p.relative_to(top).parts
                 if p.is_file() and "node_modules" not in rel and not any(x.startswith("test") for x in rel):
@@ -46,9 +59,9 @@ def repo_files(root: Path = ROOT, parts: tuple[str, ...] = PARTS) -> list[Path]:
     return sorted(out)
 
 
-def file_split(path: Path, root: Path = ROOT) -> str:
+def file_split(name: str, path: Path, root: Path) -> str:
     """'heldout' for a seeded quarter of the files (by path relative to the repository), else 'train'."""
-    h = int(hashlib.sha256(f"npm-cli:{path.relative_to(root)}".encode()).hexdigest(), 16)
+    h = int(hashlib.sha256(f"{name}:{path.relative_to(root)}".encode()).hexdigest(), 16)
     return "heldout" if h % HELDOUT_EVERY == 0 else "train"
 
 
@@ -70,32 +83,28 @@ def file_prompts(path: Path, rng: random.Random, most: int) -> list[tuple[int, s
     return out
 
 
-def _split_items(files: list[Path], split: str, seed: int, most: int) -> list[Item]:
-    rng = random.Random(f"npm-cli:{seed}:{split}")
+def _split_items(name: str, files: list[Path], root: Path, split: str, seed: int, most: int) -> list[Item]:
+    rng = random.Random(f"{name}:{seed}:{split}")
     groups = []
     for p in rng.sample(files, len(files)):
-        rel = p.relative_to(ROOT)
-        groups.append([Item(f"npm-cli:{rel}:{line + 1}", prompt, False, split)
+        groups.append([Item(f"{name}:{p.relative_to(root)}:{line + 1}", prompt, False, split)
                        for line, prompt in file_prompts(p, rng, PER_FILE)])
     return _interleave(groups)[:most]
 
 
-def npm_cli(seed: int = 0) -> PromptSet:
-    """npm's CLI repository: stream prompts from its 'train' files, held-out prompts from its held-out files."""
-    files = repo_files()
+def load(name: str, seed: int = 0) -> PromptSet:
+    """A repository's set: stream prompts from its 'train' files, held-out prompts from its held-out files."""
+    if name not in REPOS:
+        raise ValueError(f"unknown repository set {name!r}; choose from {', '.join(SETS)}")
+    repo = REPOS[name]
+    files = repo_files(repo)
     items = []
     for split, most in (("heldout", _HELDOUT), ("stream", _STREAM)):
-        part = [p for p in files if file_split(p) == ("heldout" if split == "heldout" else "train")]
-        got = _split_items(part, split, seed, most)
+        part = [p for p in files if file_split(name, p, repo.root) == ("heldout" if split == "heldout" else "train")]
+        got = _split_items(name, part, repo.root, split, seed, most)
         if len(got) < most // 2:
-            raise PromptSourceMissing(f"npm-cli: {len(got)} {split} prompts (need {most // 2}); source: npm's "
-                                      f"own code under {ROOT} ({', '.join(PARTS)})")
+            raise PromptSourceMissing(f"{name}: {len(got)} {split} prompts (need {most // 2}); source: the "
+                                      f"repository's code under {repo.root} ({', '.join(repo.parts)})")
         items += got
-    return PromptSet("npm-cli", VERSION, f"npm's CLI repository as installed here ({ROOT}: {', '.join(PARTS)})",
-                     "Artistic-2.0 (npm), ISC (its workspaces); local use only", items)
-
-
-def load(name: str, seed: int = 0) -> PromptSet:
-    if name not in SETS:
-        raise ValueError(f"unknown repository set {name!r}; choose from {', '.join(SETS)}")
-    return npm_cli(seed)
+    return PromptSet(name, VERSION, f"{name} as installed here ({repo.root}: {', '.join(repo.parts)})",
+                     f"{repo.licence}; local use only", items)
