@@ -8,6 +8,9 @@ file (``distill.sources.ADAPTATION_DOMAIN``), the stream is 64 completion reques
 (``bench.prompts`` set ``javascript``, its ``train`` files), the held-out prompts come from its held-out files,
 never streamed, and the old domains (Python code, chat) are measured before and after.  Each request goes the
 way a server's request goes: the session's generator, its training record, the outbox, the uploader.
+``--stream-set npm-cli`` (or ``undici``) is one user's own repository instead (``bench.repo_sets``: stream and
+held-out prompts from different files of one JavaScript codebase); measured, it gains no more than the language
+at large (BENCHMARKS.md, Adaptation), so the language stays the default.
 
 The trainer is its own process (``omnidraft trainer serve`` on a free loopback port), met the way a
 server deployment meets it: records posted over HTTP, drafter versions read from its registry on disk.
@@ -72,7 +75,8 @@ class AdaptConfig:
                                                           "messages; the last --n-heldout are held out (replaces "
                                                           "--stream-set)"})
     stream_set: str = field(default="javascript", metadata={"help": "train on this prompt set's stream split "
-                                                                    "(javascript | humaneval | stdlib-code | ...)"})
+                                                                    "(javascript: the language | npm-cli, undici: "
+                                                                    "one repository | humaneval | ...)"})
     eval_set: str = field(default="", metadata={"help": "evaluate on this prompt set's held-out split "
                                                         "(default: the stream set's)"})
     old_sets: str = field(default="stdlib-code,chat", metadata={
@@ -143,10 +147,10 @@ def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
             raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
         heldout, pool = prompts[-cfg.n_heldout:], prompts[: -cfg.n_heldout]
         return [(pool[i % len(pool)], True) for i in range(cfg.n_train)], [(p, True) for p in heldout]
-    from omnidraft.bench import prompts as sets
+    from omnidraft.bench.snapshot import load_set
 
-    stream = [(i.prompt, i.chat) for i in sets.load(cfg.stream_set).split("stream")]
-    held = [(i.prompt, i.chat) for i in sets.load(cfg.eval_set or cfg.stream_set).split("heldout")]
+    stream = [(i.prompt, i.chat) for i in load_set(cfg.stream_set).split("stream")]
+    held = [(i.prompt, i.chat) for i in load_set(cfg.eval_set or cfg.stream_set).split("heldout")]
     return [stream[i % len(stream)] for i in range(cfg.n_train)], held[: cfg.n_heldout]
 
 
@@ -195,11 +199,11 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
 
 def load_old(cfg: AdaptConfig) -> tuple[dict[str, list[Prompt]], list[Prompt]]:
     """(old domain -> its held-out prompts, the replay prompts: each old domain's first stream prompts)."""
-    from omnidraft.bench import prompts as sets
+    from omnidraft.bench.snapshot import load_set
 
     old, replay = {}, []
     for name in filter(None, cfg.old_sets.split(",")):
-        ps = sets.load(name)
+        ps = load_set(name)
         old[name] = [(i.prompt, i.chat) for i in ps.split("heldout")[: cfg.n_old]]
         replay += [(i.prompt, i.chat) for i in ps.split("stream")[: cfg.n_replay]]
     return old, replay
