@@ -46,6 +46,33 @@ def test_codec_round_trips_bytes_cut_inside_characters(vocab_engine, text, cut):
         assert data[: utf8_complete_prefix(data)].decode("utf-8") is not None
 
 
+@pytest.mark.parametrize("name", ["llama-spm", "qwen2"])
+def test_codec_remembers_short_texts_with_the_same_ids(vocab_engine, name, monkeypatch):
+    """The loop encodes the same short pieces every step: the tokenizer sees each once, the ids are those of a
+    fresh codec, a caller changing its list changes nothing remembered, and the memory stays bounded."""
+    from omnidraft.vocab import codec as codec_mod
+
+    eng = vocab_engine(name)
+    c, fresh = Codec(eng), Codec(eng)
+    calls = []
+    real = eng.tokenize
+    monkeypatch.setattr(eng, "tokenize", lambda data, *a, **k: (calls.append(data), real(data, *a, **k))[1])
+    pieces = [b"    return x", b" (", b"\n\n", b"def f", "h\u00e9llo w".encode(), b"x = y " * 8]
+    first = [c.encode(p) for p in pieces]
+    n = len(calls)
+    again = [c.encode(p) for p in pieces]
+    assert again == first and n > 0 and calls[n:]  # the 48-byte text (over SHORT) is tokenized again...
+    assert all(d in pieces[-1] for d in calls[n:])  # ...and nothing else
+    monkeypatch.setattr(eng, "tokenize", real)
+    assert first == [fresh.encode(p) for p in pieces]
+    first[0].append(0)
+    assert c.encode(pieces[0]) == fresh.encode(pieces[0])
+    monkeypatch.setattr(codec_mod, "SHORT_ENTRIES", 3)
+    for i in range(10):
+        c.encode(b"w%d" % i)
+    assert len(c._short) <= 3
+
+
 @given(text=TEXT)
 @HSET
 def test_omnidraft_and_slem_translation_preserve_text(pair, text):
