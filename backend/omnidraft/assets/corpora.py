@@ -58,8 +58,19 @@ def sharegpt_conversations(limit: int | None = None) -> Iterator[dict]:
             n += 1
 
 
+def stable_hash(key: str) -> int:
+    """The same integer for ``key`` on every machine and run (Python's hash() is salted per process): what every
+    split here draws on, so that a held-out item stays held out wherever the split is made."""
+    return int(hashlib.sha256(key.encode()).hexdigest(), 16)
+
+
+def one_in(key: str, n: int) -> bool:
+    """Whether ``key`` falls in the stable 1-in-``n`` sample (the held-out side of a split)."""
+    return stable_hash(key) % n == 0
+
+
 def sharegpt_heldout(conv_id: str) -> bool:
-    return int(hashlib.sha256(("sharegpt:" + conv_id).encode()).hexdigest(), 16) % 20 == 0
+    return one_in("sharegpt:" + conv_id, 20)
 
 
 def chat_messages(conv: dict, max_chars: int = 2000) -> list[dict] | None:
@@ -110,7 +121,7 @@ def stdlib_files() -> list[tuple[str, Path]]:
 def stdlib_heldout(module: str) -> bool:
     """Whether a stdlib module belongs to the held-out fifth.  Modules, not items, are split, by their top-level
     package: a benchmark's stream and held-out parts never share a module, nor a package its two sides."""
-    return int(hashlib.sha256(module.split(".")[0].encode()).hexdigest(), 16) % 5 == 0
+    return one_in(module.split(".")[0], 5)
 
 
 # ------------------------------------------------------------ code in other languages
@@ -203,8 +214,7 @@ def file_split(f: SourceFile) -> str:
     """'heldout-family' (never trained on), 'heldout' (the seeded file split) or 'train'."""
     if f.family != f.lang:
         return "heldout-family"
-    h = int(hashlib.sha256(f"{f.lang}:{f.name}".encode()).hexdigest(), 16)
-    return "heldout" if h % 10 == 0 else "train"
+    return "heldout" if one_in(f"{f.lang}:{f.name}", 10) else "train"
 
 
 # ------------------------------------------------------------ other natural languages

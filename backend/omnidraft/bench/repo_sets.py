@@ -21,10 +21,11 @@ user writing in a file asks more than once; files are taken round-robin so the f
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
+
+from omnidraft.assets.corpora import one_in
 
 from .prompts import VERSION, Item, PromptSet, PromptSourceMissing, _code_prompt, _interleave
 
@@ -62,8 +63,7 @@ def repo_files(repo: Repo) -> list[Path]:
 
 def file_split(name: str, path: Path, root: Path) -> str:
     """'heldout' for a seeded quarter of the files (by path relative to the repository), else 'train'."""
-    h = int(hashlib.sha256(f"{name}:{path.relative_to(root)}".encode()).hexdigest(), 16)
-    return "heldout" if h % HELDOUT_EVERY == 0 else "train"
+    return "heldout" if one_in(f"{name}:{path.relative_to(root)}", HELDOUT_EVERY) else "train"
 
 
 def file_prompts(path: Path, rng: random.Random, most: int) -> list[tuple[int, str]]:
@@ -100,8 +100,8 @@ def load(name: str, seed: int = 0) -> PromptSet:
     repo = REPOS[name]
     files = repo_files(repo)
     items = []
-    for split, most in (("heldout", _HELDOUT), ("stream", _STREAM)):
-        part = [p for p in files if file_split(name, p, repo.root) == ("heldout" if split == "heldout" else "train")]
+    for split, side, most in (("heldout", "heldout", _HELDOUT), ("stream", "train", _STREAM)):
+        part = [p for p in files if file_split(name, p, repo.root) == side]
         got = _split_items(name, part, repo.root, split, seed, most)
         if len(got) < most // 2:
             raise PromptSourceMissing(f"{name}: {len(got)} {split} prompts (need {most // 2}); source: the "
