@@ -72,7 +72,7 @@ def _f(v, fmt: str = "{:.1f}") -> str:
 
 
 def _choices(lengths: dict | None) -> str:
-    """The cost policy's draft lengths as 'k x steps' (k = 0: the target went alone)."""
+    """The cost policy's draft lengths as 'k: steps' (k = 0: the target went alone)."""
     return ", ".join(f"{k}: {n}" for k, n in sorted(lengths.items(), key=lambda kv: int(kv[0]))) if lengths else "-"
 
 

@@ -68,11 +68,12 @@ class Tally:
     def summary(self, baseline: "Tally | None", cost: CostModel) -> dict:
         """The JSON row of one configuration (its keys are the benchmark files' columns)."""
         st, gen_s = self.stats, self.stats.generation_s
+        steps = st.step_breakdown()
         d = dict(prompts=self.prompts, tokens=st.completion_tokens, gen_s=gen_s, steps=st.target_passes,
                  stop_tokens=st.stop_tokens, proposed=st.proposed, accepted=st.accepted, drafted=self.drafted,
                  ngram_accepted=st.ngram_accepted, draft_s=st.draft_s, translate_s=st.translate_s,
                  verify_s=st.verify_s, target_s=st.target_s, sample_s=st.sample_s, bookkeeping_s=st.bookkeeping_s,
-                 step_s=st.step_s, step_ms=st.step_breakdown()["ms"], step_share=st.step_breakdown()["share"],
+                 step_s=st.step_s, step_ms=steps["ms"], step_share=steps["share"],
                  batch_hist=dict(self.batch_hist), draft_pass_hist=dict(self.draft_pass_hist),
                  acceptance_rate=st.acceptance_rate, tau=st.tau, tokens_per_s=st.tokens_per_s,
                  ngram_hits_per_step=st.ngram_accepted / st.target_passes if st.target_passes else 0.0,
