@@ -17,6 +17,9 @@
 #          scripts/device_e2e.sh cpu THREADS...  bench runs at each thread count (+ the upstream build's peer run)
 #          scripts/device_e2e.sh gpu           bench runs fully offloaded: the kernel plan, then batches forced to 7
 #          scripts/device_e2e.sh all [THREADS...]  gpu, then cpu (default 16 8 4), summarising after each place
+#          scripts/device_e2e.sh recheck       a second round (BUILDS="cpu gpu"): scripts/gpu_divergence.py on chat
+#                                              for the 1.5B in both formats, the GPU sweep again (gpu-guard),
+#                                              the Q4_0 targets at 16 and 8 threads again (cpuN-guard)
 #          scripts/device_e2e.sh bg NAME STEP ARGS...   a step detached (longer than one call); log /tmp/e2e/NAME.log
 #          scripts/device_e2e.sh wait NAME SECONDS [TEXT]   until it ends (or its log holds TEXT); its log's tail
 #          scripts/device_e2e.sh fetch         the results so far into this call's $OUT (one .tgz + the summary)
@@ -227,8 +230,33 @@ gpu() {  # the kernel plan (CUDA rows are bit-identical up to 3: k <= 2), then b
   say "gpu done"
 }
 
+recheck() {  # a second round on the GPU alone (BUILDS=gpu): the divergence diagnostic on chat, then the sweep again
+  [ -n "${LOCAL:-}" ] || [ -f "$W/cache/models/.joined" ] || models
+  local g=gpu N=${GPU_N:-4} TOKENS=${GPU_TOKENS:-96} t
+  [ -n "${LOCAL:-}" ] && g=cpu && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
+  pyenv "$g"
+  link_drafter
+  mkdir -p "$W/res/diverge"
+  for t in ${DIVERGE:-$Q15 $Q15:q4_0_pure}; do
+    say "divergence: $t"
+    $PY scripts/gpu_divergence.py "$t" "$W/carry/prompts/chat.json" "$W/res/diverge/${t//[:.]/_}.json" \
+      "$([ -n "${LOCAL:-}" ] && echo 0 || echo -1)" "$N" "$TOKENS" 2>&1 | tee -a "$W/res/diverge/run.log" \
+      || say "divergence FAILED: $t"
+  done
+  bench gpu-guard "$g" --gpu-layers -1 --targets "$PURE,$KM" --ks 2 --adaptive-k 4 --peer
+  summarize
+  N=${N_CPU:-2} TOKENS=64
+  for t in ${RECHECK_THREADS:-16 8}; do  # the CPU places where the first round's default lost
+    [ -f "$W/llama-cpu/llama_cpp/__init__.py" ] || [ -n "${LOCAL:-}" ] || break
+    bench "cpu$t-guard" cpu --threads "$t" --targets "$PURE" --ks 3 --adaptive-k 4
+    summarize
+  done
+  say "recheck done"
+}
+
 case "${1:-}" in
   prepare) prepare ;;
+  recheck) recheck ;;
   build) build ;;
   build-one) mkdir -p "$W"; build_one "$2" ;;
   models) models ;;

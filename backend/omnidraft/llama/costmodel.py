@@ -76,18 +76,27 @@ def sample_passes(engine: Engine, sizes: range, rounds: int = 5, prefix_len: int
     """Seconds of single decodes of n tokens after a prefix, ``rounds`` samples for each n in ``sizes``.
 
     Sizes are interleaved round by round (after one warm-up pass each), so that drift in the
-    machine's speed (turbo, another process) lands on every n alike instead of on the last ones."""
+    machine's speed (turbo, another process) lands on every n alike instead of on the last ones.
+    On a GPU each timed pass follows an untimed one of the same size: on an H100 start-up timed the 1.5B's
+    one-token pass, between batched ones, at 4.85 ms, while the target alone ran at 2.15 ms a pass (issue
+    28), which made the target alone look slow; a change of batch size likely costs llama.cpp's CUDA
+    backend a rebuild of its graph (scripts/gpu_divergence.py measures both orders)."""
     ids = engine.tokenize(_PROBE)
     prefix = (ids * (prefix_len // len(ids) + 1))[:prefix_len]
     engine.reset()
     engine.decode(prefix, "none")
     sizes = list(sizes)
+    settle = 1 if engine.config.n_gpu_layers else 0
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for r in range(rounds + 1):
         for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
+            batch = (ids * (n // len(ids) + 1))[:n]
+            for _ in range(settle):
+                engine.rollback(prefix_len)
+                engine.decode(batch, "all")
             engine.rollback(prefix_len)
             t0 = time.perf_counter()
-            engine.decode((ids * (n // len(ids) + 1))[:n], "all")
+            engine.decode(batch, "all")
             if r:  # round 0 warms up graphs and caches
                 times[n].append(time.perf_counter() - t0)
     engine.reset()

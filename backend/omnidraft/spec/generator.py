@@ -180,6 +180,7 @@ class Generator:
             t_prev = new[-1]
             now = time.perf_counter()
             stats.close_step(step, now - lap, sync_s)
+            self.policy.observe_lap(step.drafted > 0 or step.proposed > 0, len(new), now - lap)
             lap = now
         yield from text.finish()
         stats.completion_tokens = len(out)

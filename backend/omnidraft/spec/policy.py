@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from omnidraft.llama.costmodel import CostModel, speedup
+from .guard import RateGuard
 from .predictor import AcceptancePredictor, DraftFeatures
 
 @dataclass
@@ -164,6 +165,7 @@ class DraftPolicy:
         self._last_probe = 0
         self._gap = cfg.probe_every
         self.chosen: collections.deque[int] = collections.deque(maxlen=4096)  # recent draft lengths only
+        self.guard = RateGuard()  # the cost rule's check of its model against the pace it achieves
 
     # ------------------------------------------------------------- decisions
     def cap(self, limit: int) -> int:
@@ -180,8 +182,10 @@ class DraftPolicy:
 
     def choose_by_cost(self, k: int) -> int:
         """The cost rule's draft length: the fastest predicted, probing now and then when none pays."""
-        if k <= 0 or not self._calibrated():
-            return max(k, 0)
+        if k <= 0 or not self.guard.allows_drafting():
+            return 0
+        if not self._calibrated():
+            return k
         if self.ceiling(k) < 1.0:
             return 0  # even if every drafted token were accepted, this machine would be slower: never probe
         best = self._best_k(k)
@@ -233,6 +237,11 @@ class DraftPolicy:
         if not self._calibrated() or not timed:
             return "the cost policy had no timings yet: it drafted to measure them"
         ceiling = self.ceiling(k)
+        g = self.guard.stats
+        if g.spells and g.last_ratio is not None and g.last_ratio < self.guard.cfg.margin:
+            return (f"the cost policy stopped drafting: its drafting steps ran at {g.last_ratio:.2f}x the pace of "
+                    f"the target alone, as measured ({self.guard.drafting.rate:.0f} against "
+                    f"{self.guard.alone.rate:.0f} tokens/s), although its cost model predicted a gain")
         if ceiling < 1.0:
             return (f"the cost policy ran the target alone, it is faster on this machine "
                     f"(predicted {ceiling:.2f}x at best, even with every drafted token accepted)")
@@ -282,10 +291,14 @@ class DraftPolicy:
                 break
         self.chosen.append(step.proposed)
 
+    def observe_lap(self, drafted: bool, tokens: int, seconds: float) -> None:
+        """A step's wall time from its start to the next step's (the loop's share included), for the guard."""
+        self.guard.observe(drafted, tokens, seconds)
+
     def stats(self) -> dict:
         return {"policy": self.cfg.name, "draft_lengths": dict(sorted(self.lengths.items())),
                 "calibration": self.predictor.calibration(),
-                "position_acceptance": [round(a, 3) for a in self.acc]}
+                "position_acceptance": [round(a, 3) for a in self.acc], "guard": self.guard.summary()}
 
     def seed_costs(self, t_verify: dict[int, float], t_draft: float) -> None:
         """Start from a measured cost model instead of learning it from scratch."""

@@ -1,0 +1,121 @@
+"""Never slower than the target alone, as measured rather than as modelled.
+
+The cost policy prices a step from pass times sampled at start-up and refined by the steps it takes.
+Where those samples mislead, drafting loses while the model says it wins.  Seen on an H100 (issue 28): a
+one-token pass timed between batched ones cost 4.85 ms at start-up, while the target running alone
+(one-token passes in a row) took 2.15 ms a pass.  The policy never ran a step of the target alone, so it never learnt that
+price, and it drafted at 0.65x the target alone.
+
+The guard looks at what the loop achieved instead: tokens per second of the steps that drafted against
+runs of target-alone steps (the first step of a run is not counted: it follows a batched pass).  It
+takes a short run of target-alone steps now and then to know that pace, and when drafting is measurably
+slower it stops drafting for a spell that doubles while drafting keeps losing, each spell ended by a
+trial of drafting steps measured afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class GuardConfig:
+    first: int = 32  # steps before the first run of target-alone steps (a short answer keeps drafting)
+    run: int = 5  # steps in such a run (the first is a lone pass after a batched one, not counted)
+    every: int = 256  # steps between runs while drafting (the pace changes as the context grows)
+    margin: float = 0.97  # drafting must reach this share of the target alone's tokens per second
+    trial: int = 8  # drafting steps measured before a verdict (and after each spell)
+    spell: int = 32  # first spell without drafting; doubled while drafting keeps losing
+    max_spell: int = 1024
+
+
+class Pace:
+    """Tokens per second over recent steps: sums that decay by ``decay`` per step added."""
+
+    def __init__(self, decay: float):
+        self.decay, self.tokens, self.seconds, self.steps = decay, 0.0, 0.0, 0
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.tokens = self.tokens * self.decay + tokens
+        self.seconds = self.seconds * self.decay + seconds
+        self.steps += 1
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def reset(self) -> None:
+        self.tokens, self.seconds, self.steps = 0.0, 0.0, 0
+
+
+@dataclass
+class GuardStats:
+    alone_steps: int = 0  # steps the guard ran the target alone to measure its pace
+    blocked_steps: int = 0  # steps it ran the target alone because drafting was slower
+    spells: int = 0  # times it stopped drafting
+    last_ratio: float | None = None  # drafting's pace over the target alone's at the latest verdict
+
+
+class RateGuard:
+    """``allows_drafting()`` once per step before the policy chooses a length; ``observe()`` once per step
+    after it, with the step's wall time from its start to the next step's."""
+
+    def __init__(self, cfg: GuardConfig | None = None):
+        self.cfg = cfg or GuardConfig()
+        self.alone, self.drafting = Pace(0.9), Pace(0.95)
+        self.stats = GuardStats()
+        self._step = 0
+        self._run_left = 0  # target-alone steps still to take in the current run
+        self._next_run = self.cfg.first
+        self._blocked_until = 0
+        self._spell = self.cfg.spell
+        self._prev_alone = False
+
+    def allows_drafting(self) -> bool:
+        self._step += 1
+        if self._run_left > 0 or self._step >= self._next_run:
+            if self._run_left == 0:  # a run starts
+                self._run_left, self._next_run = self.cfg.run, self._step + self.cfg.every
+            self._run_left -= 1
+            self.stats.alone_steps += 1
+            return False
+        if self._step < self._blocked_until:
+            self.stats.blocked_steps += 1
+            return False
+        return True
+
+    def observe(self, drafted: bool, tokens: int, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if drafted:
+            self.drafting.add(tokens, seconds)
+        elif self._prev_alone:
+            self.alone.add(tokens, seconds)
+        self._prev_alone = not drafted
+        if drafted:
+            self._judge()
+
+    def ratio(self) -> float | None:
+        """Drafting's measured pace over the target alone's, once both are known."""
+        if self.alone.steps < 2 or self.drafting.steps < self.cfg.trial:
+            return None
+        return self.drafting.rate / self.alone.rate
+
+    def _judge(self) -> None:
+        r = self.ratio()
+        if r is None:
+            return
+        self.stats.last_ratio = round(r, 3)
+        if r >= self.cfg.margin:
+            self._spell = self.cfg.spell
+            return
+        self._blocked_until = self._step + self._spell + 1
+        self._spell = min(2 * self._spell, self.cfg.max_spell)
+        self.stats.spells += 1
+        self.drafting.reset()  # the trial after the spell is judged on its own steps
+
+    def summary(self) -> dict:
+        s = self.stats
+        return {"alone_tok_s": round(self.alone.rate, 1), "drafting_tok_s": round(self.drafting.rate, 1),
+                "alone_steps": s.alone_steps, "blocked_steps": s.blocked_steps, "spells": s.spells,
+                "last_ratio": s.last_ratio}
