@@ -97,7 +97,8 @@ def main(target: str, snapshot: str, out: str, gpu_layers: int = -1, n: int = 4,
     fid = invariance.measure(s.target, 8, prefixes=(37, 250, 700, 1500), timing=False)
     report["probe_long"] = fid.as_dict()
     report["t1_bias"] = t1_bias(s.target)
-    print(json.dumps({k: report[k] for k in ("plan", "probe_long", "t1_bias")}), flush=True)
+    report["draft_t1_bias"] = t1_bias(s.draft)  # the drafter's own pass, alone on the GPU
+    print(json.dumps({k: report[k] for k in ("plan", "probe_long", "t1_bias", "draft_t1_bias")}), flush=True)
     with open(out, "w") as f:
         json.dump(report, f, indent=1)
     s.close()
