@@ -246,7 +246,7 @@ recheck() {  # a second round on the GPU alone (BUILDS=gpu): the divergence diag
   bench gpu-guard "$g" --gpu-layers -1 --targets "$PURE,$KM" --ks 2 --adaptive-k 4 --peer
   summarize
   N=${N_CPU:-2} TOKENS=64
-  for t in ${RECHECK_THREADS:-16 8}; do  # the CPU places where the first round's default lost
+  for t in ${RECHECK_THREADS-16 8}; do  # the CPU places where the first round's default lost (RECHECK_THREADS= for none)
     [ -f "$W/llama-cpu/llama_cpp/__init__.py" ] || [ -n "${LOCAL:-}" ] || break
     bench "cpu$t-guard" cpu --threads "$t" --targets "$PURE" --ks 3 --adaptive-k 4
     summarize
