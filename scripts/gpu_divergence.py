@@ -12,6 +12,10 @@ timed in a run against right after a 3-row pass (the start-up cost model's bias 
 
 from __future__ import annotations
 
+# llama_cpp (and with it the CUDA libraries) before numpy: `python -m omnidraft.apps.cli` loads them in that
+# order and runs; this script, importing numpy first, segfaulted in the first model load on the device (twice,
+# llama_model_load_from_file) - the order is the one difference found, not a proven cause
+import llama_cpp  # noqa: F401  isort: skip
 import json
 import sys
 import tempfile
@@ -20,8 +24,6 @@ from statistics import median
 
 import numpy as np
 
-import omnidraft.apps.cli  # noqa: F401 - as `omnidraft` loads: run without it, the CUDA build segfaulted in
-# the first model load on the device (llama_model_load_from_file); the cause is not found yet
 from omnidraft.bench.snapshot import load_snapshot
 from omnidraft.llama import invariance
 from omnidraft.runtime.session import Session, Settings
