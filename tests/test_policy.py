@@ -209,6 +209,10 @@ def test_the_generator_feeds_the_guard_and_an_unpriced_drafter_cost_stops_drafti
     s = default_session
     pol = DraftPolicy(PolicyConfig(name="cost", k=4))
     pol.guard.cfg.first, pol.guard.cfg.every = 8, 10_000
+    # a cost model that always predicts a gain and learns nothing, so that only the guard can stop drafting
+    # (left to learn, the model itself stops on some machines, and the guard would have nothing to judge)
+    pol.seed_costs({n: 0.02 + 0.0001 * n for n in range(1, 7)}, 0.0001)
+    pol.observe = lambda step: None
     gen = s.compose("omnidraft", s.pair, pol)
     real = gen.drafter.draft
 
