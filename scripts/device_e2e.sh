@@ -178,6 +178,10 @@ for name in sys.argv[1:]:
   say "models ready in $((SECONDS - t0)) s"
 }
 
+need_models() {  # the models step, unless the parts were joined already (or LOCAL: this machine's cache)
+  [ -n "${LOCAL:-}" ] || [ -f "$W/cache/models/.joined" ] || models
+}
+
 link_drafter() {  # the bundled drafter travels in the parts: put it where the registry looks (models/)
   [ -n "${LOCAL:-}" ] && return 0
   [ -f "$DRAFTER_FILE" ] || ln -sf "$W/drafter/$(basename "$DRAFTER_FILE")" "$DRAFTER_FILE"
@@ -207,7 +211,7 @@ summarize() {
 cpu() {  # THREADS...: the project's build (Q4_0 pure with every k, Q4_K_M with KS_KM), then the upstream build
   [ $# -gt 0 ] || set -- 16 8 4
   [ -n "${LOCAL:-}" ] && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
-  [ -n "${LOCAL:-}" ] || [ -f "$W/cache/models/.joined" ] || models
+  need_models
   local up=upstream
   [ -n "${LOCAL:-}" ] || [ -f "$W/llama-upstream/llama_cpp/__init__.py" ] || up=cpu
   for th in "$@"; do
@@ -220,7 +224,7 @@ cpu() {  # THREADS...: the project's build (Q4_0 pure with every k, Q4_K_M with 
 }
 
 gpu() {  # the kernel plan (CUDA rows are bit-identical up to 3: k <= 2), then batches forced to GPU_BATCH
-  [ -n "${LOCAL:-}" ] || [ -f "$W/cache/models/.joined" ] || models
+  need_models
   local g=gpu N=${GPU_N:-4} TOKENS=${GPU_TOKENS:-96}  # a step costs milliseconds there: more tokens, less noise
   [ -n "${LOCAL:-}" ] && g=cpu
   bench gpu "$g" --gpu-layers -1 --targets "$PURE,$KM" --ks 2 --adaptive-k 4 --peer
@@ -230,8 +234,8 @@ gpu() {  # the kernel plan (CUDA rows are bit-identical up to 3: k <= 2), then b
   say "gpu done"
 }
 
-recheck() {  # a second round on the GPU alone (BUILDS=gpu): the divergence diagnostic on chat, then the sweep again
-  [ -n "${LOCAL:-}" ] || [ -f "$W/cache/models/.joined" ] || models
+recheck() {  # a second round (BUILDS="cpu gpu"; gpu alone with RECHECK_THREADS=): divergence, the sweeps again
+  need_models
   local g=gpu N=${GPU_N:-4} TOKENS=${GPU_TOKENS:-96} t
   [ -n "${LOCAL:-}" ] && g=cpu && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
   pyenv "$g"

@@ -27,12 +27,14 @@ import numpy as np
 from omnidraft.bench.snapshot import load_snapshot
 from omnidraft.llama import invariance
 from omnidraft.runtime.session import Session, Settings
+from omnidraft.seq import common_prefix
 from omnidraft.spec.generator import GenerationParams
 from omnidraft.spec.policy import DraftPolicy, PolicyConfig
 
 
 def first_diff(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+    """Index of the first token where two texts part (the shorter one's end if one continues the other)."""
+    return None if a == b else common_prefix(a, b)
 
 
 def rows_at(engine, ctx: list[int], nxt: list[int]) -> dict:

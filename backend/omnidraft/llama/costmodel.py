@@ -86,12 +86,12 @@ def sample_passes(engine: Engine, sizes: range, rounds: int = 5, prefix_len: int
     engine.reset()
     engine.decode(prefix, "none")
     sizes = list(sizes)
-    settle = 1 if engine.config.n_gpu_layers else 0
+    gpu = bool(engine.config.n_gpu_layers)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for r in range(rounds + 1):
         for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
             batch = (ids * (n // len(ids) + 1))[:n]
-            for _ in range(settle):
+            if gpu:  # an untimed pass of this size first
                 engine.rollback(prefix_len)
                 engine.decode(batch, "all")
             engine.rollback(prefix_len)

@@ -3,8 +3,8 @@
 The cost policy prices a step from pass times sampled at start-up and refined by the steps it takes.
 Where those samples mislead, drafting loses while the model says it wins.  Seen on an H100 (issue 28): a
 one-token pass timed between batched ones cost 4.85 ms at start-up, while the target running alone
-(one-token passes in a row) took 2.15 ms a pass.  The policy never ran a step of the target alone, so it never learnt that
-price, and it drafted at 0.65x the target alone.
+(one-token passes in a row) took 2.15 ms a pass.  The policy never ran a step of the target alone, so it
+never learnt that price, and it drafted at 0.65x the target alone.
 
 The guard looks at what the loop achieved instead: tokens per second of the steps that drafted against
 runs of target-alone steps (the first step of a run is not counted: it follows a batched pass).  It
@@ -93,17 +93,21 @@ class RateGuard:
             return
         if drafted:
             self.drafting.add(tokens, seconds)
+            self._judge()
         elif self._prev_alone:
             self.alone.add(tokens, seconds)
         self._prev_alone = not drafted
-        if drafted:
-            self._judge()
 
     def ratio(self) -> float | None:
         """Drafting's measured pace over the target alone's, once both are known."""
         if self.alone.steps < 2 or self.drafting.steps < self.cfg.trial:
             return None
         return self.drafting.rate / self.alone.rate
+
+    def losing(self) -> bool:
+        """Whether the latest verdict found drafting slower than the target alone (so it stopped drafting)."""
+        r = self.stats.last_ratio
+        return r is not None and r < self.cfg.margin
 
     def _judge(self) -> None:
         r = self.ratio()

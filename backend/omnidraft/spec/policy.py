@@ -237,11 +237,11 @@ class DraftPolicy:
         if not self._calibrated() or not timed:
             return "the cost policy had no timings yet: it drafted to measure them"
         ceiling = self.ceiling(k)
-        g = self.guard.stats
-        if g.spells and g.last_ratio is not None and g.last_ratio < self.guard.cfg.margin:
-            return (f"the cost policy stopped drafting: its drafting steps ran at {g.last_ratio:.2f}x the pace of "
-                    f"the target alone, as measured ({self.guard.drafting.rate:.0f} against "
-                    f"{self.guard.alone.rate:.0f} tokens/s), although its cost model predicted a gain")
+        g = self.guard
+        if g.losing():
+            return (f"the cost policy stopped drafting: its drafting steps ran at {g.stats.last_ratio:.2f}x the pace "
+                    f"of the target alone, as measured ({g.drafting.rate:.0f} against {g.alone.rate:.0f} tokens/s), "
+                    f"although its cost model predicted a gain")
         if ceiling < 1.0:
             return (f"the cost policy ran the target alone, it is faster on this machine "
                     f"(predicted {ceiling:.2f}x at best, even with every drafted token accepted)")
