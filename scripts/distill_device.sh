@@ -15,7 +15,7 @@
 #              each) on N = 1, 2, 4 GPUs, as many as there are; $OUT/scale-N/ gets each history.json
 #          scripts/distill_device.sh pipeline                    teacher (unless $W/data.npz is there),
 #              `train` $CHOICE (default first8) from $INIT (default SmolLM2) on every GPU for at most
-#              $TRAIN_MIN minutes (default 4.5), then `scale` for $SCALE_STEPS steps (default 20):
+#              $TRAIN_MIN minutes (default 4.5), then `scale` for $SCALE_STEPS steps (default 20; 0: none):
 #              $OUT/final/ and $OUT/meta.tgz (scale histories, logs, the data's meta); run it with `bg`
 #          scripts/distill_device.sh bg NAME STEP ARGS...        the same, detached (longer than one call);
 #                                                                its $OUT is $W/out-NAME
@@ -74,8 +74,10 @@ pipeline)
   echo "[pipeline] train done at $(( SECONDS - t0 )) s"
   mkdir -p "$OUT/final" "$W/meta"
   cp "$W/final/${CHOICE:-first8}"/* "$OUT/final/"
-  bash "$0" scale "${CHOICE:-first8}" "${SCALE_STEPS:-20}" draft_gguf="${INIT:-$SMOL}" eval_every=1000 ||
-    echo "[pipeline] scaling runs failed"
+  if [ "${SCALE_STEPS:-20}" -gt 0 ]; then  # SCALE_STEPS=0: no scaling runs (their table is in docs/DISTILL.md)
+    bash "$0" scale "${CHOICE:-first8}" "${SCALE_STEPS:-20}" draft_gguf="${INIT:-$SMOL}" eval_every=1000 ||
+      echo "[pipeline] scaling runs failed"
+  fi
   cp -r "$OUT"/scale-* "$W/meta"/ 2>/dev/null || true
   python3 -c 'import numpy as np, sys; z = np.load(sys.argv[1]); open(sys.argv[2], "wb").write(bytes(z["meta"]))' \
     "$W/data.npz" "$W/meta"/data-meta.json
