@@ -298,7 +298,8 @@ def main() -> int:
     ap.add_argument("--out", default="results/memory-lab.json")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--e2e", default="2-frequent,3-frequent",
-                    help="memory configs (min_match-rule) measured end to end ('' = sim only)")
+                    help="memory configs measured end to end: min_match-rule[-cMIN_COUNT], e.g. 3-frequent-c2 "
+                         "('' = sim only)")
     ap.add_argument("--no-old", action="store_true", help="skip the old domains")
     ap.add_argument("--stream-set", default="javascript", help="adapt's --stream-set (javascript | npm-cli | undici)")
     a = ap.parse_args()
