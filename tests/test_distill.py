@@ -153,3 +153,27 @@ def test_time_limit_anneals_the_learning_rate_to_zero():
     assert _progress(timed, 25, 100, now - 45, Dist()) == pytest.approx(0.75, abs=0.01)  # time ahead of steps
     assert _progress(timed, 90, 100, now - 6, Dist()) == pytest.approx(0.9)  # steps ahead of time
     assert _progress(timed, 1, 100, now - 120, Dist()) == 1.0  # out of time: the loop stops, rate 0
+
+
+def test_grow_appends_the_donors_layers_after_the_drafters_own(tiny_llama, tmp_path):
+    """`distill grow`: a 1-layer cut of the tiny model, its layer 1 appended again from the full model, is a
+    2-layer GGUF the Engine loads, whose layer 0 is the cut's (here: the tiny model's layer 0) and layer 1
+    the donor's, tensor for tensor, as the torch models say."""
+    from omnidraft.distill.export import grow
+    from omnidraft.trainer.model import load_gguf_model
+
+    cut = export(str(tiny_llama), [0], None, tmp_path / "cut.gguf", qtype="f32")
+    res = grow(cut["path"], str(tiny_llama), [1], tmp_path / "grown.gguf", qtype="f32")
+    assert res["check"]["ok"]
+    full, grown = load_gguf_model(tiny_llama), load_gguf_model(res["path"])
+    assert len(grown.model.layers) == 2
+    for i in (0, 1):
+        a, b = full.model.layers[i].state_dict(), grown.model.layers[i].state_dict()
+        assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a), i
+    with pytest.raises(ValueError, match="not a layer 7"):
+        grow(cut["path"], str(tiny_llama), [7], tmp_path / "bad.gguf", qtype="f32")
+
+    from omnidraft.llama.engine import Engine, EngineConfig
+
+    with Engine(res["path"], EngineConfig(n_ctx=64, n_threads=1)) as eng:
+        assert eng.meta("llama.block_count") == "2"

@@ -6,6 +6,7 @@ norm with a few of its layers, trained (the embedding too, by default) with the 
     omnidraft distill teacher  + the target's continuations and top-k at every aligned position  (torch)
     omnidraft distill train    cut the drafter, train the chosen layers, save the trained tensors  (torch)
     omnidraft distill export   rebuild the model, write the quantized GGUF, check it in llama.cpp  (CPU)
+    omnidraft distill grow     a distilled drafter + more layers of its source, as a start for a deeper one  (CPU)
     omnidraft distill all      the four in a row (``--device cuda`` where there is a GPU)
 
 ``teacher`` and ``train`` import neither llama.cpp nor the server: they run on a GPU machine with torch,
@@ -49,6 +50,25 @@ class ExportConfig:
     embed_type: str = field(default="q4_1", metadata={"help": "quantization of the embedding/head ('' = qtype)"})
     out: str = field(default="models", metadata={"help": "directory for the GGUFs"})
     results: str = field(default="results", metadata={"help": "directory for the plot and JSON"})
+
+
+@dataclass
+class GrowConfig:
+    """A deeper drafter to train from: a distilled drafter with layers of the model it was cut from appended."""
+
+    base: str = field(default="smollm2-135m-d8-qwen", metadata={"help": "the distilled drafter (name or GGUF)"})
+    donor: str = field(default=models.SMOLLM2, metadata={"help": "the model it was cut from (name or GGUF)"})
+    add: str = field(default="8,9,10,11", metadata={"help": "comma-separated donor layers appended, in order"})
+    qtype: str = field(default="q8_0", metadata={"help": "quantization of the layers"})
+    embed_type: str = field(default="q4_1", metadata={"help": "quantization of the embedding/head ('' = qtype)"})
+    out: str = field(default=".distill/grown.gguf", metadata={"help": "the GGUF written"})
+
+
+def grow_drafter(cfg: GrowConfig) -> dict:
+    from .export import grow
+
+    extra = [int(i) for i in cfg.add.split(",") if i.strip()]
+    return grow(cfg.base, cfg.donor, extra, Path(cfg.out), cfg.qtype, cfg.embed_type or None)
 
 
 @dataclass
@@ -106,6 +126,9 @@ STEPS = {s.name: s for s in (
     Step("teacher", TeacherConfig, run_teacher, "the target's continuations and top-k"),
     Step("train", TrainConfig, train, "train one layer choice"),
     Step("export", ExportConfig, export_choices, "GGUF + llama.cpp check of trained layer choices, and the plot"),
+    Step("grow", GrowConfig, grow_drafter, "a distilled drafter with more of its source's layers, to train from",
+         "Example: omnidraft distill grow --add 8,9,10,11 --out .distill/d12.gguf, then on the GPU "
+         "`distill train --set draft_gguf=.distill/d12.gguf layers=first12 ...` (docs/DISTILL.md)"),
     Step("all", AllConfig, run_all, "data, teacher, train and export in a row",
          "Example: omnidraft distill all --device cuda --choices first4,first8"),
 )}

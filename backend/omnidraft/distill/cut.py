@@ -22,6 +22,26 @@ def cut_model(model, layers: list[int]):
     return model
 
 
+def grow_model(model, donor, extra: list[int]):
+    """Append ``donor``'s layers ``extra`` (in order) after ``model``'s own: a deeper drafter that starts from a
+    distilled shallow one instead of from a fresh cut (whose head first sees the new depth at a loss of about 9).
+    The donor must be the model the shallow one was cut from (same widths); its layers go in as they are."""
+    import torch
+
+    for i in extra:
+        if not 0 <= i < len(donor.model.layers):
+            raise ValueError(f"the donor has {len(donor.model.layers)} layers, not a layer {i}")
+    n0 = len(model.model.layers)
+    kept = list(model.model.layers) + [donor.model.layers[i] for i in extra]
+    for n, layer in enumerate(kept):
+        layer.self_attn.layer_idx = n
+    model.model.layers = torch.nn.ModuleList(kept)
+    model.config.num_hidden_layers = len(kept)
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = model.config.layer_types[:n0] + [donor.config.layer_types[i] for i in extra]
+    return model
+
+
 def load_cut(draft_gguf: str, layers: list[int]):
     from omnidraft.trainer.model import load_gguf_model
 

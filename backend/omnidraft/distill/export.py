@@ -37,14 +37,39 @@ def quantize_mixed(src: Path, dst: Path, qtype: str, embed_type: str, threads: i
 def export(draft_gguf: str, layers: list[int], trained_dir: Path | None, out: Path, qtype: str = "q8_0",
            embed_type: str | None = "q4_1", threads: int = 0) -> dict:
     """Write the GGUF of a (trained or untrained) cut drafter and check it against torch in llama.cpp."""
+    src = _resolve(draft_gguf)
+    model = load_trained(src, layers, trained_dir) if trained_dir else load_cut(src, layers).eval()
+    return export_model(model, src, out, qtype, embed_type, threads)
+
+
+def grow(base_gguf: str, donor_gguf: str, extra: list[int], out: Path, qtype: str = "q8_0",
+         embed_type: str | None = "q4_1", threads: int = 0) -> dict:
+    """The drafter ``base_gguf`` with ``donor_gguf``'s layers ``extra`` appended (:func:`cut.grow_model`), as a
+    GGUF that ``distill train`` starts from (``draft_gguf=`` it, ``layers=firstN``)."""
+    from omnidraft.trainer.model import load_gguf_model
+
+    from .cut import grow_model
+
+    base = _resolve(base_gguf)
+    model = grow_model(load_gguf_model(base), load_gguf_model(_resolve(donor_gguf)), extra).eval()
+    return export_model(model, base, out, qtype, embed_type, threads)
+
+
+def _resolve(path: str) -> str:
+    from omnidraft.assets import models
+
+    return path if Path(path).exists() else models.resolve(path)
+
+
+def export_model(model, src: str, out: Path, qtype: str = "q8_0", embed_type: str | None = "q4_1",
+                 threads: int = 0) -> dict:
+    """``model`` as a GGUF with ``src``'s vocabulary, checked against torch in llama.cpp."""
     import tempfile
 
     from omnidraft.assets import models
 
     from omnidraft.trainer.export import check_gguf, export_gguf
 
-    src = draft_gguf if Path(draft_gguf).exists() else models.resolve(draft_gguf)
-    model = load_trained(src, layers, trained_dir) if trained_dir else load_cut(src, layers).eval()
     out = Path(out)
     if embed_type and qtype not in ("f32", "f16", "bf16"):
         out.parent.mkdir(parents=True, exist_ok=True)
