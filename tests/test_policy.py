@@ -1,5 +1,7 @@
 """Adaptive drafting: the acceptance predictor and the stopping policies (no model needed)."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -196,6 +198,72 @@ def test_cost_policy_keeps_drafting_where_drafting_is_measured_faster():
     # only its measuring runs go without drafts: 4 steps every 256
     assert sum(k == 0 for k in ks) == g["alone_steps"] <= 4 * (1500 // 256 + 1)
     assert tokens / seconds > 1.3 / 0.02
+
+
+def test_a_losing_verdict_kept_from_an_earlier_process_spares_a_short_run_the_measuring():
+    """The H100 case again, as short runs of 100 steps in new processes: the first one pays to find out that
+    drafting loses; one that resumes from its verdict starts its spell at once and runs nearer the target alone."""
+    seeded = {1: 0.00485, 2: 0.00603, 3: 0.0061}
+    gpu = dict(accept=0.6, t_draft=0.0009, t_pass=lambda n: 0.00215 if n == 1 else 0.00293, t_lone=0.0048)
+    alone = 1 / 0.00215
+
+    def fresh() -> DraftPolicy:
+        pol = DraftPolicy(PolicyConfig(name="cost", k=4))
+        pol.seed_costs(seeded, 0.0016)
+        return pol
+
+    first = fresh()
+    t1, s1, ks1 = _simulate(first, 100, **gpu)
+    verdict = first.guard.verdict()
+    assert verdict["ratio"] < 0.97 and verdict["spell"] >= 64
+    later = fresh()
+    later.guard.resume(json.loads(json.dumps(verdict)))  # as read back from guard.json
+    t2, s2, ks2 = _simulate(later, 100, **gpu, seed=1)
+    assert sum(k > 0 for k in ks2[:40]) == 0 < sum(k > 0 for k in ks1[:40])
+    assert t2 / s2 > t1 / s1 and t2 / s2 >= 0.98 * alone, (t1 / s1 / alone, t2 / s2 / alone)
+    assert later.stats()["guard"]["resumed"] and "stopped drafting" in later.note(4)
+
+
+def test_a_resumed_losing_verdict_is_judged_again_where_drafting_now_pays():
+    """On a CPU where drafting wins (1.45x), an old losing verdict costs one spell: the trial after it finds
+    drafting faster, and drafting goes on from there.  A winning verdict or a malformed one changes nothing."""
+    cpu = dict(accept=0.7, t_draft=0.002, t_pass=lambda n: 0.016 + 0.002 * (n - 1), t_lone=0.016)
+    pol = DraftPolicy(PolicyConfig(name="cost", k=4))
+    pol.seed_costs({n: 0.016 + 0.002 * (n - 1) for n in range(1, 6)}, 0.002)
+    pol.guard.resume({"ratio": 0.5, "spell": 64})
+    _, _, ks = _simulate(pol, 400, **cpu)
+    assert sum(k > 0 for k in ks[:60]) == 0 and sum(k > 0 for k in ks[100:]) > 0.9 * len(ks[100:])
+    assert pol.guard.verdict()["ratio"] >= 0.97
+    for v in ({"ratio": 1.2, "spell": 64}, None, {"ratio": "x"}, {"spell": 3}):
+        g = DraftPolicy(PolicyConfig(name="cost", k=4)).guard
+        g.resume(v)
+        assert [g.allows_drafting() for _ in range(3)] == [True] * 3 and g.verdict() is None
+
+
+def test_the_session_keeps_the_guards_verdict_for_its_next_start(tmp_path):
+    """Session.save_state writes each policy's verdict under its machine/models/drafter/method key, and a new
+    policy of that method resumes from it; another method's, or a damaged file, starts fresh."""
+    from omnidraft import statefile
+    from omnidraft.runtime.session import Session
+
+    s = Session.__new__(Session)  # the two methods under test need only these fields
+    s.state_dir, s.drafter_version, s._policies, s.cost_model = tmp_path, "base", {}, None
+    s.pair = type("Pair", (), {"cache": type("C", (), {"save": lambda self, p: None})(),
+                               "bridge": type("B", (), {"draft_fp": "d", "target_fp": "t"})()})()
+    s._predictors, s._cost_key = {}, lambda: "machine|build|models"
+    s._predictor = lambda method: None
+    s._warm_costs = lambda: type("CM", (), {"t_verify": {1: 0.002}, "t_draft": 0.001})()
+    pol = s.policy("omnidraft", PolicyConfig(name="cost", k=4))
+    pol.guard.resume({"ratio": 0.8, "spell": 128})
+    s.save_state()
+    assert statefile.read(tmp_path / "guard.json", "machine|build|models|base|omnidraft") == {"ratio": 0.8,
+                                                                                             "spell": 128}
+    s._policies = {}
+    assert s.policy("omnidraft", PolicyConfig(name="cost", k=4)).guard.stats.resumed
+    assert not s.policy("hybrid", PolicyConfig(name="cost", k=4)).guard.stats.resumed
+    (tmp_path / "guard.json").write_text("{not json")
+    s._policies = {}
+    assert not s.policy("omnidraft", PolicyConfig(name="cost", k=4)).guard.stats.resumed
 
 
 def test_the_generator_feeds_the_guard_and_an_unpriced_drafter_cost_stops_drafting(default_session,

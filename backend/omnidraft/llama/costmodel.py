@@ -8,12 +8,13 @@ verification is free.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
+
+from omnidraft import statefile
 
 from .engine import Engine
 
@@ -136,31 +137,17 @@ def cache_key(target: Engine, draft: Engine | None, max_batch: int) -> str:
 
 
 def cached(key: str, path: Path) -> CostModel | None:
+    entry = statefile.read(path, key)
     try:
-        entry = json.loads(path.read_text()).get(key)
-        if not isinstance(entry, dict):
-            return None
         return CostModel({int(n): float(t) for n, t in entry["t_verify"].items()}, float(entry["t_draft"]),
                          {int(n): float(t) for n, t in entry.get("t_draft_n", {}).items()})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def store(key: str, path: Path, model: CostModel | None) -> None:
     """Write (or, with None, drop) one entry, atomically."""
-    try:
-        table = json.loads(path.read_text())
-        table = table if isinstance(table, dict) else {}
-    except (OSError, ValueError):
-        table = {}
-    if model is None:
-        table.pop(key, None)
-    else:
-        table[key] = model.as_dict()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table, indent=1))
-    os.replace(tmp, path)
+    statefile.write(path, key, None if model is None else model.as_dict())
 
 
 class CostSampler:

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omnidraft import statefile
 from omnidraft.llama import costmodel
 from omnidraft.assets import models
 from omnidraft.llama.costmodel import CostModel
@@ -167,7 +168,11 @@ class Session:
         """The cached policy for (method, cfg), made on first use: the method's saved acceptance predictor,
         seeded with the cost model.  The least recently used go past MAX_POLICIES (their predictor stays)."""
         key = (method, cfg.name, cfg.k, cfg.p_min)
-        pol = self._policies.pop(key, None) or seeded_policy(cfg, method, self._warm_costs, self._predictor(method))
+        pol = self._policies.pop(key, None)
+        if pol is None:
+            pol = seeded_policy(cfg, method, self._warm_costs, self._predictor(method))
+            if self.pair is not None and method != "target":
+                pol.guard.resume(statefile.read(self.state_dir / "guard.json", self._guard_key(method)))
         self._policies[key] = pol
         while len(self._policies) > MAX_POLICIES:
             self._policies.pop(next(iter(self._policies)))
@@ -217,21 +222,28 @@ class Session:
     def _cost_key(self) -> str:
         return costmodel.cache_key(self.target, self.draft, self.max_verify_batch)
 
+    def _guard_key(self, method: str) -> str:
+        """The rate guard's verdict holds for this machine, build, models, settings, drafter version and method."""
+        return f"{self._cost_key()}|{self.drafter_version}|{method}"
+
     def predictor_path(self, method: str) -> Path:
         """The acceptance predictor lives with the drafter version it learned about."""
         b = self.pair.bridge
         return self.state_dir / f"predictor-{method}-{self.drafter_version}-{b.draft_fp}-{b.target_fp}.json"
 
     def save_state(self) -> None:
-        """Persist what was learned online: the n-gram cache and the acceptance predictors."""
+        """Persist what was learned online: the n-gram cache, the acceptance predictors and the rate guards'
+        verdicts (a process that starts where drafting was measured losing does not pay to measure it again)."""
         if self.pair is not None:
             b = self.pair.bridge
             self.pair.cache.save(self.cache_path(b.draft_fp, b.target_fp))
             for method, predictor in self._predictors.items():
                 if method != "target" and predictor.updates:
                     predictor.save(self.predictor_path(method))
-            for policy in self._policies.values():
+            for (method, *_), policy in self._policies.items():
                 self._check_drift(policy)
+                if method != "target" and policy.guard.verdict() is not None:
+                    statefile.write(self.state_dir / "guard.json", self._guard_key(method), policy.guard.verdict())
 
     def close(self) -> None:
         for e in (self.draft, self.target):

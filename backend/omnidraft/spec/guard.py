@@ -10,7 +10,9 @@ The guard looks at what the loop achieved instead: tokens per second of the step
 runs of target-alone steps (the first step of a run is not counted: it follows a batched pass).  It
 takes a short run of target-alone steps now and then to know that pace, and when drafting is measurably
 slower it stops drafting for a spell that doubles while drafting keeps losing, each spell ended by a
-trial of drafting steps measured afresh.
+trial of drafting steps measured afresh.  Its latest verdict is kept with the cost model's state
+(``Session.save_state``, ``guard.json``): a new process on the same machine, build and models starts its
+first spell at once where drafting was losing (``resume``), instead of paying again to find out.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class GuardStats:
     blocked_steps: int = 0  # steps it ran the target alone because drafting was slower
     spells: int = 0  # times it stopped drafting
     last_ratio: float | None = None  # drafting's pace over the target alone's at the latest verdict
+    resumed: bool = False  # started from an earlier process's losing verdict (RateGuard.resume)
 
 
 class RateGuard:
@@ -109,6 +112,29 @@ class RateGuard:
         r = self.stats.last_ratio
         return r is not None and r < self.cfg.margin
 
+    def verdict(self) -> dict | None:
+        """What a later process starts from (:meth:`resume`): the latest verdict and the spell drafting would
+        sit out next if it lost again.  None before the first verdict."""
+        if self.stats.last_ratio is None:
+            return None
+        return {"ratio": self.stats.last_ratio, "spell": self._spell}
+
+    def resume(self, verdict: dict | None) -> None:
+        """Start from an earlier process's verdict.  Where drafting was losing, the spell without drafting starts
+        at once instead of after the measuring (about ten steps of drafting at a loss, 1-6 % of a short run on
+        the H100); the trial at its end judges afresh, so a machine where drafting has come to pay drafts again.
+        A winning verdict, or none, changes nothing."""
+        try:
+            ratio, spell = float(verdict["ratio"]), int(verdict["spell"])
+        except (TypeError, KeyError, ValueError):
+            return
+        if ratio >= self.cfg.margin:
+            return
+        self.stats.last_ratio = round(ratio, 3)
+        self._spell = min(max(spell, self.cfg.spell), self.cfg.max_spell)
+        self._blocked_until = self._step + self._spell + 1
+        self.stats.resumed = True
+
     def _judge(self) -> None:
         r = self.ratio()
         if r is None:
@@ -126,4 +152,4 @@ class RateGuard:
         s = self.stats
         return {"alone_tok_s": round(self.alone.rate, 1), "drafting_tok_s": round(self.drafting.rate, 1),
                 "alone_steps": s.alone_steps, "blocked_steps": s.blocked_steps, "spells": s.spells,
-                "last_ratio": s.last_ratio}
+                "last_ratio": s.last_ratio, "resumed": s.resumed}
