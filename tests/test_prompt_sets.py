@@ -9,17 +9,17 @@ from collections import Counter
 import pytest
 
 from omnidraft.assets import corpora, models
-from omnidraft.bench import prompts
+from omnidraft.bench import lang_sets, prompts, snapshot
 from omnidraft.bench.chat_fresh import MESSAGES
 from omnidraft.bench.stubs import STUBS
 from omnidraft.distill.evaluate import summary_markdown, tau_at, write_summary
 
-HELDOUT_AT_LEAST = {"stubs": 16, "code-other": 15, "nl": 16, "chat-fresh": 16}
+HELDOUT_AT_LEAST = {"stubs": 16, "code-other": 15, "nl": 16, "chat-fresh": 16, **dict.fromkeys(lang_sets.SETS, 32)}
 
 
 def _load(name: str, seed: int = 0) -> prompts.PromptSet:
     try:
-        return prompts.load(name, seed)
+        return lang_sets.load(name, seed) if name in lang_sets.SETS else prompts.load(name, seed)
     except prompts.PromptSourceMissing as e:
         pytest.skip(f"local sources absent: {e}")
 
@@ -94,12 +94,50 @@ def test_nl_items_are_openings_of_translated_man_pages():
     assert not page_names["heldout"] & page_names["stream"]  # no translation of a held-out page streams
 
 
+def _page_names(ps: prompts.PromptSet, split: str) -> set[str]:
+    return {i.id.split(":")[1].rsplit("/", 1)[1] for i in ps.split(split)}
+
+
+@pytest.mark.parametrize("name", lang_sets.SETS)
+def test_single_language_set_is_windows_of_its_own_pages_split_by_page(name):
+    ps, lang = _load(name), name[3:]
+    assert (len(ps.split("stream")), len(ps.split("heldout"))) == (64, 32)  # adapt's defaults, none cycled
+    pages = {f"{lang}:{p.parent.name}/{p.name}": p for _, p in corpora.man_pages((lang,))}
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for item in ps.items:
+        page, line = item.id.rsplit(":", 1)
+        assert page in pages and not item.chat  # its own language's pages only
+        lines = lang_sets._decode_glyphs(corpora.man_page_text(pages[page])).splitlines(keepends=True)
+        assert "".join(lines[int(line) - 1:]).startswith(item.prompt) and 500 <= len(item.prompt) <= 800
+        assert prompts._usable_translation(item.prompt)
+        seen.setdefault(page, []).append((int(line), int(line) + item.prompt.count("\n")))
+    for spans in seen.values():  # a page's windows do not overlap
+        spans.sort()
+        assert len(spans) <= 4 and all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+    assert len({i.id.rsplit(":", 1)[0] for i in ps.split("heldout")}) == 32  # the first n held out span n pages
+    assert not _page_names(ps, "heldout") & _page_names(ps, "stream")  # no held-out page streams
+
+
+def test_single_language_sets_keep_languages_and_held_out_pages_apart():
+    sets = [_load(name) for name in lang_sets.SETS]
+    for a in sets:
+        assert {i.id.split(":")[0] for i in a.items} == {a.name[3:]}
+        for b in sets:  # split by page name: a page held out in one language streams in none
+            assert not _page_names(a, "heldout") & _page_names(b, "stream")
+
+
+def test_glyph_escapes_decode_and_unknown_ones_stay():
+    text = "Gr\\(:o\\(ss\\(en \\[:u] \\(zz\n'br\\}\nVerbindung"
+    assert lang_sets._decode_glyphs(text) == "Größ– ü \\(zz\nVerbindung"
+    assert not prompts._usable_translation(lang_sets._decode_glyphs(text))  # the unknown escape keeps it out
+
+
 def test_sets_refuse_to_load_without_their_sources(monkeypatch):
-    monkeypatch.setattr(corpora, "man_pages", lambda: [])
+    monkeypatch.setattr(corpora, "man_pages", lambda *languages: [])
     monkeypatch.setattr(corpora, "source_files", lambda: [])
-    for name in ("nl", "code-other"):
+    for name in ("nl", "code-other", *lang_sets.SETS):
         with pytest.raises(prompts.PromptSourceMissing, match=name):
-            prompts.load(name)
+            snapshot.load_set(name)
     assert issubclass(prompts.PromptSourceMissing, ValueError)
 
 

@@ -12,6 +12,9 @@
 | chat-fresh   | 32    | user messages written for this benchmark: `bench/chat_fresh.py`   | 1st of each pair |
 | javascript   | ~190  | npm's own JS modules here (`corpora.source_files`; theirs): the adaptation domain | ``corpora.file_split`` |
 
+``bench.lang_sets`` adds one set per natural language (``nl-de``, ...) and ``bench.repo_sets`` one per repository
+(``npm-cli``, ...); ``bench.snapshot.load_set`` loads those by name too.
+
 A set's content depends only on its version, the seed and (for the stdlib sets) the
 Python version, which is recorded with every result; code-other and nl also depend on what this machine
 has installed (toolchain headers and sources, translated man pages), and raise ``PromptSourceMissing``

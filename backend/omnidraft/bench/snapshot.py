@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import repo_sets
+from . import lang_sets, repo_sets
 from .prompts import Item, PromptSet, load
 
 
@@ -24,11 +24,15 @@ def export(name: str, n: int, out_dir: Path, seed: int = 0) -> Path:
 
 
 def load_set(name: str, seed: int = 0) -> PromptSet:
-    """A set by name (``bench.prompts``' or a repository's, ``bench.repo_sets``), or a snapshot written by
+    """A set by name (``bench.prompts``', a repository's, ``bench.repo_sets``, or a language's,
+    ``bench.lang_sets``), or a snapshot written by
     :func:`export` (a path ending in .json)."""
     if name.endswith(".json"):
         return load_snapshot(Path(name))
-    return repo_sets.load(name, seed) if name in repo_sets.SETS else load(name, seed)
+    for extra in (repo_sets, lang_sets):
+        if name in extra.SETS:
+            return extra.load(name, seed)
+    return load(name, seed)
 
 
 def load_snapshot(path: Path) -> PromptSet:
