@@ -240,6 +240,27 @@ def test_a_resumed_losing_verdict_is_judged_again_where_drafting_now_pays():
         assert [g.allows_drafting() for _ in range(3)] == [True] * 3 and g.verdict() is None
 
 
+def test_a_new_request_lets_the_cost_policy_draft_again_after_one_where_drafting_lost():
+    """After a request where the first drafted token was seldom kept (man pages in a language the drafter barely
+    knows), the acceptance estimate sits where no draft length pays and probing has backed off to 1,024 steps.
+    A new request (``begin_request``) leans the estimates back to the prior and probes again: on a CPU where the
+    next request's drafts are kept 60 % of the time, drafting resumes (1.27x) instead of never (1.00x)."""
+    cpu = dict(t_draft=0.002, t_pass=lambda n: 0.016 + 0.002 * (n - 1), t_lone=0.016)
+    speeds = {}
+    for begin in (False, True):
+        pol = DraftPolicy(PolicyConfig(name="cost", k=4))
+        pol.seed_costs({n: 0.016 + 0.002 * (n - 1) for n in range(1, 6)}, 0.002)
+        _simulate(pol, 40, accept=0.6, **cpu)
+        pol.acc[:4] = [0.15, 0.87, 0.7, 0.56]  # as the nl run left it
+        pol._gap, pol._last_probe = 1024, pol.steps
+        if begin:
+            pol.begin_request()
+        tokens, seconds, ks = _simulate(pol, 100, accept=0.6, **cpu, seed=1)
+        speeds[begin] = (tokens / seconds * 0.016, sum(k > 0 for k in ks))
+    assert speeds[False] == (pytest.approx(1.0), 0)
+    assert speeds[True][0] > 1.2 and speeds[True][1] > 90, speeds
+
+
 def test_the_session_keeps_the_guards_verdict_for_its_next_start(tmp_path):
     """Session.save_state writes each policy's verdict under its machine/models/drafter/method key, and a new
     policy of that method resumes from it; another method's, or a damaged file, starts fresh."""

@@ -142,6 +142,7 @@ class Generator:
         stats.reused_tokens = prefill(t, ids, params.reuse_prefix)
         if self.drafter is not None:
             self.drafter.begin(prompt)
+            self.policy.begin_request()
         stats.prefill_s = time.perf_counter() - t0
         sp = params.sampling()
         uniforms = np.random.default_rng(params.seed).random(max_new + self.max_verify_batch + 1)

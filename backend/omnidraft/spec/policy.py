@@ -22,6 +22,9 @@ from omnidraft.llama.costmodel import CostModel, speedup
 from .guard import RateGuard
 from .predictor import AcceptancePredictor, DraftFeatures
 
+ACC_PRIOR = 0.7  # the optimistic start of the acceptance estimates: drafting is tried before it is judged
+
+
 @dataclass
 class PolicyConfig:
     name: str = field(default="cost", metadata={"help": "fixed | threshold | gamma | cost"})
@@ -160,12 +163,21 @@ class DraftPolicy:
         self._seeded_ratio: dict[int, float] = {}
         self.t_draft = 0.0  # EMA seconds per drafter token
         self.n_draft = 0
-        self.acc = [0.7] * n  # EMA P(candidate i accepted | i-1 accepted), optimistic start
+        self.acc = [ACC_PRIOR] * n  # EMA P(candidate i accepted | i-1 accepted), optimistic start
         self.steps = 0
         self._last_probe = 0
         self._gap = cfg.probe_every
         self.chosen: collections.deque[int] = collections.deque(maxlen=4096)  # recent draft lengths only
         self.guard = RateGuard()  # the cost rule's check of its model against the pace it achieves
+
+    def begin_request(self) -> None:
+        """A new request: how much of a draft the target keeps depends on what is being written (a prompt in
+        Japanese after one in Spanish), so the acceptance estimates lean halfway back to the prior and probing
+        starts again at its shortest gap.  Without this, one request where drafting lost left the estimate
+        where no draft length paid, and probes that backed off to 1,024 steps never corrected it: the default
+        ran 0.96x the target alone on 12 man pages in rotating languages, where fixed k = 4 ran 1.18x."""
+        self.acc = [0.5 * a + 0.5 * ACC_PRIOR for a in self.acc]
+        self._gap, self._last_probe = self.cfg.probe_every, self.steps
 
     # ------------------------------------------------------------- decisions
     def cap(self, limit: int) -> int:
