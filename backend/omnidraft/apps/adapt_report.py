@@ -8,7 +8,8 @@ from pathlib import Path
 from omnidraft.online.rates import acceptance_text
 
 # issue 26's goals: held-out acceptance and tau above the control after at most 64 stream prompts, the old
-# domains within 2 points of before (forgetting is what it guards against: a gain there is no miss), one update <= 20 s, export + check + swap <= 10 s, the run <= 10 minutes
+# domains within 2 points of before (forgetting is what it guards against: a gain there is no miss), one
+# update <= 20 s, export + check + swap <= 10 s, the run <= 10 minutes
 GOALS = {"acceptance_points": 10.0, "tau": 0.3, "prompts": 64, "old_points": 2.0, "update_s": 20.0,
          "publish_s": 10.0, "run_s": 600.0}
 

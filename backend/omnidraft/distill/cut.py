@@ -10,47 +10,48 @@ import numpy as np
 
 def cut_model(model, layers: list[int]):
     """Keep ``layers`` (in order) of a transformers Llama/Qwen2 model, renumbered 0..n-1."""
-    import torch
-
-    kept = [model.model.layers[i] for i in layers]
-    for n, layer in enumerate(kept):
-        layer.self_attn.layer_idx = n
-    model.model.layers = torch.nn.ModuleList(kept)
-    model.config.num_hidden_layers = len(kept)
-    if getattr(model.config, "layer_types", None):
-        model.config.layer_types = [model.config.layer_types[i] for i in layers]
-    return model
+    types = getattr(model.config, "layer_types", None)
+    return _set_layers(model, [model.model.layers[i] for i in layers], types and [types[i] for i in layers])
 
 
 def grow_model(model, donor, extra: list[int]):
     """Append ``donor``'s layers ``extra`` (in order) after ``model``'s own: a deeper drafter that starts from a
     distilled shallow one instead of from a fresh cut (whose head first sees the new depth at a loss of about 9).
     The donor must be the model the shallow one was cut from (same widths); its layers go in as they are."""
-    import torch
-
     for i in extra:
         if not 0 <= i < len(donor.model.layers):
             raise ValueError(f"the donor has {len(donor.model.layers)} layers, not a layer {i}")
-    n0 = len(model.model.layers)
-    kept = list(model.model.layers) + [donor.model.layers[i] for i in extra]
+    types = getattr(model.config, "layer_types", None)
+    return _set_layers(model, list(model.model.layers) + [donor.model.layers[i] for i in extra],
+                       types and types + [donor.config.layer_types[i] for i in extra])
+
+
+def _set_layers(model, kept: list, layer_types: list | None):
+    """``kept`` as the model's layers, numbered 0..n-1 (each attention's index into the KV cache)."""
+    import torch
+
     for n, layer in enumerate(kept):
         layer.self_attn.layer_idx = n
     model.model.layers = torch.nn.ModuleList(kept)
     model.config.num_hidden_layers = len(kept)
-    if getattr(model.config, "layer_types", None):
-        model.config.layer_types = model.config.layer_types[:n0] + [donor.config.layer_types[i] for i in extra]
+    if layer_types:
+        model.config.layer_types = layer_types
     return model
+
+
+def local_gguf(name_or_path: str) -> str:
+    """A GGUF path as given, or a registry name (``smollm2-135m``) resolved to its local file."""
+    if Path(name_or_path).exists():
+        return name_or_path
+    from omnidraft.assets import models
+
+    return str(models.resolve(name_or_path))
 
 
 def load_cut(draft_gguf: str, layers: list[int]):
     from omnidraft.trainer.model import load_gguf_model
 
-    path = draft_gguf
-    if not Path(path).exists():
-        from omnidraft.assets import models
-
-        path = models.resolve(path)
-    return cut_model(load_gguf_model(path), layers)
+    return cut_model(load_gguf_model(local_gguf(draft_gguf)), layers)
 
 
 def save_trained(model, names, out: Path, max_bytes: int = 15 << 20) -> list[Path]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cut import load_cut, load_trained
+from .cut import load_cut, load_trained, local_gguf
 
 
 def quantize_mixed(src: Path, dst: Path, qtype: str, embed_type: str, threads: int = 0) -> Path:
@@ -37,7 +37,7 @@ def quantize_mixed(src: Path, dst: Path, qtype: str, embed_type: str, threads: i
 def export(draft_gguf: str, layers: list[int], trained_dir: Path | None, out: Path, qtype: str = "q8_0",
            embed_type: str | None = "q4_1", threads: int = 0) -> dict:
     """Write the GGUF of a (trained or untrained) cut drafter and check it against torch in llama.cpp."""
-    src = _resolve(draft_gguf)
+    src = local_gguf(draft_gguf)
     model = load_trained(src, layers, trained_dir) if trained_dir else load_cut(src, layers).eval()
     return export_model(model, src, out, qtype, embed_type, threads)
 
@@ -50,15 +50,9 @@ def grow(base_gguf: str, donor_gguf: str, extra: list[int], out: Path, qtype: st
 
     from .cut import grow_model
 
-    base = _resolve(base_gguf)
-    model = grow_model(load_gguf_model(base), load_gguf_model(_resolve(donor_gguf)), extra).eval()
+    base = local_gguf(base_gguf)
+    model = grow_model(load_gguf_model(base), load_gguf_model(local_gguf(donor_gguf)), extra).eval()
     return export_model(model, base, out, qtype, embed_type, threads)
-
-
-def _resolve(path: str) -> str:
-    from omnidraft.assets import models
-
-    return path if Path(path).exists() else models.resolve(path)
 
 
 def export_model(model, src: str, out: Path, qtype: str = "q8_0", embed_type: str | None = "q4_1",

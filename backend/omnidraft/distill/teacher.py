@@ -223,11 +223,9 @@ def teacher_precision(model, bf16: bool):
 def _load_teacher(name: str, device):
     from omnidraft.trainer.model import load_gguf_model
 
-    path = name
-    if not Path(path).exists():
-        from omnidraft.assets import models
+    from .cut import local_gguf
 
-        path = models.resolve(path)
+    path = local_gguf(name)
     return teacher_precision(load_gguf_model(path), device.type == "cuda").to(device), Path(path)
 
 

@@ -242,8 +242,9 @@ class Session:
                     predictor.save(self.predictor_path(method))
             for (method, *_), policy in self._policies.items():
                 self._check_drift(policy)
-                if method != "target" and policy.guard.verdict() is not None:
-                    statefile.write(self.state_dir / "guard.json", self._guard_key(method), policy.guard.verdict())
+                verdict = policy.guard.verdict()
+                if method != "target" and verdict is not None:
+                    statefile.write(self.state_dir / "guard.json", self._guard_key(method), verdict)
 
     def close(self) -> None:
         for e in (self.draft, self.target):
