@@ -132,6 +132,15 @@ def test_glyph_escapes_decode_and_unknown_ones_stay():
     assert not prompts._usable_translation(lang_sets._decode_glyphs(text))  # the unknown escape keeps it out
 
 
+@pytest.mark.parametrize("name", ["stubs", lang_sets.SETS[0]])
+def test_distill_evaluate_measures_language_sets_as_well_as_the_built_in_ones(name):
+    from omnidraft.distill.evaluate import items_for
+
+    want = _load(name).split("heldout")[:3]
+    assert len(want) == 3
+    assert [(i.id, i.prompt) for i in items_for(name, 3)] == [(i.id, i.prompt) for i in want]
+
+
 def test_sets_refuse_to_load_without_their_sources(monkeypatch):
     monkeypatch.setattr(corpora, "man_pages", lambda *languages: [])
     monkeypatch.setattr(corpora, "source_files", lambda: [])

@@ -66,13 +66,14 @@ def timing(drafts: list[str], target: str, threads: int = 2, rounds: int = 5) ->
 
 
 def items_for(name: str, n: int, seed: int = 0):
-    from omnidraft.bench import prompts
+    # snapshot.load_set also knows the repository (repo_sets) and language (lang_sets) sets and .json snapshots
+    from omnidraft.bench.snapshot import load_set
 
     if name == "chat":
         from .data import chat_items
 
         return chat_items(seed, n)
-    return prompts.load(name, seed).split("heldout")[:n]
+    return load_set(name, seed).split("heldout")[:n]
 
 
 def parse_configs(spec: str):
@@ -177,7 +178,8 @@ def main(argv=None) -> int:
     ap.add_argument("--drafts", required=True, help="comma-separated drafter names or GGUF paths")
     ap.add_argument("--target", default=models.QWEN_05B)
     ap.add_argument("--sets", default="humaneval,stubs,code-other,chat,chat-fresh,nl",
-                    help="prompt sets (bench.prompts); each contributes its first --n held-out items")
+                    help="prompt sets (bench.prompts, bench.repo_sets, bench.lang_sets, or snapshot .json paths); "
+                         "each contributes its first --n held-out items")
     ap.add_argument("--n", type=int, default=4, help="held-out prompts per set")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--configs", default="6", help="target, fixed draft lengths (digits) and/or cost")
