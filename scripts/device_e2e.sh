@@ -20,6 +20,8 @@
 #          scripts/device_e2e.sh recheck       a second round (BUILDS="cpu gpu"): scripts/gpu_divergence.py on chat
 #                                              for the 1.5B in both formats, the GPU sweep again (gpu-guard),
 #                                              the Q4_0 targets at 16 and 8 threads again (cpuN-guard)
+#          scripts/device_e2e.sh resume        the guard's kept verdict across processes: the 1.5B on the GPU,
+#                                              one `omnidraft generate` process a prompt (scripts/guard_resume.py)
 #          scripts/device_e2e.sh bg NAME STEP ARGS...   a step detached (longer than one call); log /tmp/e2e/NAME.log
 #          scripts/device_e2e.sh wait NAME SECONDS [TEXT]   until it ends (or its log holds TEXT); its log's tail
 #          scripts/device_e2e.sh fetch         the results so far into this call's $OUT (one .tgz + the summary)
@@ -258,9 +260,26 @@ recheck() {  # a second round (BUILDS="cpu gpu"; gpu alone with RECHECK_THREADS=
   say "recheck done"
 }
 
+resume() {  # issue 28: does the guard's kept verdict carry from one process to the next? (scripts/guard_resume.py)
+  need_models
+  local g=gpu layers=-1 set
+  [ -n "${LOCAL:-}" ] && g=cpu && layers=0 && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
+  pyenv "$g"
+  link_drafter
+  mkdir -p "$W/res/resume"
+  for set in humaneval chat; do
+    say "guard resume: $set"
+    $PY scripts/guard_resume.py "$Q15:q4_0_pure" "$W/carry/prompts/$set.json" "$W/res/resume/$set.json" \
+      --draft "$DRAFT" --n "${GPU_N:-4}" --tokens "${GPU_TOKENS:-96}" --gpu-layers "$layers" 2>&1 |
+      tee -a "$W/res/resume/run.log" || say "guard resume FAILED: $set"
+  done
+  say "resume done"
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   recheck) recheck ;;
+  resume) resume ;;
   build) build ;;
   build-one) mkdir -p "$W"; build_one "$2" ;;
   models) models ;;

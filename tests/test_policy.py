@@ -222,6 +222,10 @@ def test_a_losing_verdict_kept_from_an_earlier_process_spares_a_short_run_the_me
     assert sum(k > 0 for k in ks2[:40]) == 0 < sum(k > 0 for k in ks1[:40])
     assert t2 / s2 > t1 / s1 and t2 / s2 >= 0.98 * alone, (t1 / s1 / alone, t2 / s2 / alone)
     assert later.stats()["guard"]["resumed"] and "stopped drafting" in later.note(4)
+    # the notes quote the paces the verdict came from (the drafting pace itself is reset by a losing verdict)
+    drafting, alone_seen = verdict["rates"]
+    assert 0 < drafting < alone_seen and f"({drafting:.0f} against {alone_seen:.0f} tokens/s)" in first.note(4)
+    assert f"({drafting:.0f} against {alone_seen:.0f} tokens/s, kept from an earlier process)" in later.note(4)
 
 
 def test_a_resumed_losing_verdict_is_judged_again_where_drafting_now_pays():
@@ -234,7 +238,7 @@ def test_a_resumed_losing_verdict_is_judged_again_where_drafting_now_pays():
     _, _, ks = _simulate(pol, 400, **cpu)
     assert sum(k > 0 for k in ks[:60]) == 0 and sum(k > 0 for k in ks[100:]) > 0.9 * len(ks[100:])
     assert pol.guard.verdict()["ratio"] >= 0.97
-    for v in ({"ratio": 1.2, "spell": 64}, None, {"ratio": "x"}, {"spell": 3}):
+    for v in ({"ratio": 1.2, "spell": 64}, None, {"ratio": "x"}, {"spell": 3}, {"ratio": 0.5, "spell": 64, "rates": "x"}):
         g = DraftPolicy(PolicyConfig(name="cost", k=4)).guard
         g.resume(v)
         assert [g.allows_drafting() for _ in range(3)] == [True] * 3 and g.verdict() is None
@@ -275,12 +279,13 @@ def test_the_session_keeps_the_guards_verdict_for_its_next_start(tmp_path):
     s._predictor = lambda method: None
     s._warm_costs = lambda: type("CM", (), {"t_verify": {1: 0.002}, "t_draft": 0.001})()
     pol = s.policy("omnidraft", PolicyConfig(name="cost", k=4))
-    pol.guard.resume({"ratio": 0.8, "spell": 128})
+    pol.guard.resume({"ratio": 0.8, "spell": 128, "rates": [40.0, 50.0]})
     s.save_state()
-    assert statefile.read(tmp_path / "guard.json", "machine|build|models|base|omnidraft") == {"ratio": 0.8,
-                                                                                             "spell": 128}
+    kept = {"ratio": 0.8, "spell": 128, "rates": [40.0, 50.0]}
+    assert statefile.read(tmp_path / "guard.json", "machine|build|models|base|omnidraft") == kept
     s._policies = {}
-    assert s.policy("omnidraft", PolicyConfig(name="cost", k=4)).guard.stats.resumed
+    resumed = s.policy("omnidraft", PolicyConfig(name="cost", k=4)).guard
+    assert resumed.stats.resumed and resumed.stats.last_rates == (40.0, 50.0)
     assert not s.policy("hybrid", PolicyConfig(name="cost", k=4)).guard.stats.resumed
     (tmp_path / "guard.json").write_text("{not json")
     s._policies = {}

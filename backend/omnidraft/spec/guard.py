@@ -60,6 +60,7 @@ class GuardStats:
     blocked_steps: int = 0  # steps it ran the target alone because drafting was slower
     spells: int = 0  # times it stopped drafting
     last_ratio: float | None = None  # drafting's pace over the target alone's at the latest verdict
+    last_rates: tuple[float, float] | None = None  # (drafting, alone) tokens/s behind that verdict
     resumed: bool = False  # started from an earlier process's losing verdict (RateGuard.resume)
 
 
@@ -117,7 +118,7 @@ class RateGuard:
         sit out next if it lost again.  None before the first verdict."""
         if self.stats.last_ratio is None:
             return None
-        return {"ratio": self.stats.last_ratio, "spell": self._spell}
+        return {"ratio": self.stats.last_ratio, "spell": self._spell, "rates": self.stats.last_rates}
 
     def resume(self, verdict: dict | None) -> None:
         """Start from an earlier process's verdict.  Where drafting was losing, the spell without drafting starts
@@ -126,11 +127,14 @@ class RateGuard:
         A winning verdict, or none, changes nothing."""
         try:
             ratio, spell = float(verdict["ratio"]), int(verdict["spell"])
-        except (TypeError, KeyError, ValueError):
+            rates = verdict.get("rates")  # absent from verdicts kept before the rates were
+            rates = (float(rates[0]), float(rates[1])) if rates else None
+        except (TypeError, KeyError, ValueError, IndexError):
             return
         if ratio >= self.cfg.margin:
             return
         self.stats.last_ratio = round(ratio, 3)
+        self.stats.last_rates = rates
         self._spell = min(max(spell, self.cfg.spell), self.cfg.max_spell)
         self._blocked_until = self._step + self._spell + 1
         self.stats.resumed = True
@@ -140,6 +144,8 @@ class RateGuard:
         if r is None:
             return
         self.stats.last_ratio = round(r, 3)
+        # kept apart: a losing verdict resets the drafting pace below, and the policy's note quotes both
+        self.stats.last_rates = (round(self.drafting.rate, 1), round(self.alone.rate, 1))
         if r >= self.cfg.margin:
             self._spell = self.cfg.spell
             return
