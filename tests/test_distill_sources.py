@@ -23,6 +23,47 @@ def test_training_files_leave_out_every_heldout_file_and_family():
     assert any(corpora.file_split(f) == "heldout-family" for f in files)
 
 
+def test_javascript_enters_only_when_asked_and_never_a_repository_sets_held_out_file():
+    """``PrepConfig.javascript``: JavaScript's training files, without the held-out family, the seeded split or
+    any file whose prompts ``bench.repo_sets`` holds out (npm-cli, undici)."""
+    from omnidraft.bench import repo_sets
+
+    held = ds.repo_heldout_files()
+    if not held:
+        pytest.skip(f"npm's sources absent ({repo_sets.NPM})")
+    js = ds.training_files(javascript=True).get(ds.ADAPTATION_DOMAIN, [])
+    names = {f.name for f in js}
+    assert js and not held & names
+    assert all(corpora.file_split(f) == "train" for f in js)
+    undici = repo_sets.REPOS["undici"]
+    kept = {str(p) for p in repo_sets.repo_files(undici)} - held
+    assert kept & names  # the repository's streamed files are read: only its held-out ones are not
+    assert ds.ADAPTATION_DOMAIN not in ds.training_files()
+
+
+def test_man_pages_train_only_on_pages_no_benchmark_holds_out():
+    """The ``man`` source reads streaming pages only, so no translation of a page behind a held-out prompt of
+    ``nl`` or ``nl-de``/``nl-fr``/``nl-nl`` is read, in any language; and it yields text in several languages."""
+    from itertools import islice
+
+    from omnidraft.bench import lang_sets, prompts
+
+    pages = ds.man_training_pages()
+    if len(pages) < 2:
+        pytest.skip("translated man pages absent")
+    names = {p.name for ps in pages.values() for p in ps}
+    for name in ("nl", *lang_sets.SETS):
+        try:
+            held = (lang_sets.load(name) if name in lang_sets.SETS else prompts.load(name)).split("heldout")
+        except prompts.PromptSourceMissing:
+            continue
+        held_pages = {it.id.split(":")[1].split("/")[-1] for it in held}
+        assert held_pages and not held_pages & names, name
+    texts = list(islice(ds.man_cuts(seed=0), 40))
+    assert len(texts) == 40 and all(len(t) >= 200 for t in texts)
+    assert len({t for t in texts}) == 40
+
+
 def test_python_training_files_leave_out_the_benchmarks_held_out_modules():
     """The stdlib sets' held-out items come from modules distillation never reads: the held-out fifth (its
     choice pinned: the same modules as always) and every module any stdlib set draws from."""

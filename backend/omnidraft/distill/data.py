@@ -91,6 +91,10 @@ class PrepConfig:
     gen_code_other: int = field(default=16000, metadata={"help": "other-language code prompts the target continues"})
     gen_nl: int = field(default=6000, metadata={"help": "natural-language prompts the target continues"})
     gen_chat: int = field(default=12000, metadata={"help": "chat prompts the target continues"})
+    man: int = field(default=0, metadata={"help": "teacher-forced windows of translated man pages (streaming pages)"})
+    gen_man: int = field(default=0, metadata={"help": "man-page prompts the target continues"})
+    javascript: bool = field(default=False, metadata={"help": "JavaScript in code-other (repository sets' held-out "
+                                                              "files excepted)"})
     windows_per_file: int = field(default=64, metadata={"help": "most Python windows cut from one source file"})
     max_tokens: int = field(default=256, metadata={"help": "target tokens per teacher-forced example"})
     val_share: float = field(default=0.03, metadata={"help": "share of examples kept for the validation curve"})
@@ -171,7 +175,7 @@ def _aligned(cfg: PrepConfig, template, progress: bool) -> Iterator[tuple]:
     from .sources import source_texts
 
     total = cfg.code + cfg.code_other + cfg.nl + cfg.chat + cfg.gen_code + cfg.gen_code_other + cfg.gen_nl \
-        + cfg.gen_chat
+        + cfg.gen_chat + cfg.man + cfg.gen_man
     workers = cfg.workers or os.cpu_count() or 1
     ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
     with ctx.Pool(workers, _init_worker, (cfg.target, cfg.draft, cfg.max_tokens)) as pool:

@@ -5,8 +5,12 @@
 | code           | Python: the standard library and site-packages (.py)         | HumanEval, every module of the stdlib-code/docs sets, the stdlib's held-out modules, tests |
 | code-other     | C/C++ headers, Java (the JDK's src.zip), Perl, shell          | one family per language and a seeded 10 % of files (``corpora.file_split``); JavaScript entirely (``ADAPTATION_DOMAIN``) |
 | nl             | translation catalogs (gettext .mo) in ~130 languages          | translated man pages (never read here) |
+| man            | translated man pages, ``PrepConfig.man`` > 0 only            | every page name the benchmarks hold out (``prompts._man_split``), in every language |
 | chat           | ShareGPT exchanges (every user/assistant pair) through the target's chat template | the seeded 5 % of conversations |
 | *-gen          | prompts the target continues (its own output is the label)   | as above                        |
+
+``PrepConfig.javascript`` adds JavaScript to code-other (the texts.npz behind the shipped drafter has none): the
+held-out family, the seeded 10 % and every file a repository set holds out (``bench.repo_sets``) stay out.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Iterator
 from omnidraft.assets.corpora import (catalog_texts, chat_messages, file_split, sharegpt_conversations,
                                      sharegpt_heldout, source_files, stdlib_files, stdlib_heldout)
 
-SOURCES = ("code", "chat", "code-gen", "chat-gen", "code-other", "nl", "code-other-gen", "nl-gen")
+SOURCES = ("code", "chat", "code-gen", "chat-gen", "code-other", "nl", "code-other-gen", "nl-gen", "man", "man-gen")
 
 # Kept out of distillation on purpose: online adaptation (issue 26) needs a domain the shipped drafter never
 # saw, as a user who starts writing JavaScript would bring one; every JavaScript file stays out of training.
@@ -109,23 +113,38 @@ def code_cuts(seed: int, chars: int = 1400, per_file_most: int = 2) -> Iterator[
             yield from windows(src, "python", rng, per_file(src, per_file_most), chars)
 
 
-def training_files() -> dict[str, list]:
-    """Per language, the local source files distillation may read (``corpora.file_split`` == 'train')."""
+def training_files(javascript: bool = False) -> dict[str, list]:
+    """Per language, the local source files distillation may read (``corpora.file_split`` == 'train');
+    JavaScript only with ``javascript``, and then no file that a repository set holds out."""
+    held = repo_heldout_files() if javascript else set()
     by_lang: dict[str, list] = {}
     for f in source_files():
-        if file_split(f) == "train" and f.lang != ADAPTATION_DOMAIN:
-            by_lang.setdefault(f.lang, []).append(f)
+        if file_split(f) != "train" or (f.lang == ADAPTATION_DOMAIN and (not javascript or f.name in held)):
+            continue
+        by_lang.setdefault(f.lang, []).append(f)
     return by_lang
 
 
-def other_code_cuts(seed: int, per_file_most: int = 64) -> Iterator[str]:
+def repo_heldout_files() -> set[str]:
+    """Paths of the files ``bench.repo_sets`` holds out (their prompts measure the drafter on JavaScript)."""
+    from omnidraft.bench import repo_sets
+
+    return {str(p) for name, repo in repo_sets.REPOS.items() for p in repo_sets.repo_files(repo)
+            if repo_sets.file_split(name, p, repo.root) == "heldout"}
+
+
+def other_code_cuts(seed: int, per_file_most: int = 64, javascript: bool = False) -> Iterator[str]:
     """Windows of the training files in every other local language, languages interleaved."""
     rng = random.Random(seed + 2)
     iters = []
-    for lang, files in sorted(training_files().items()):
+    for lang, files in sorted(training_files(javascript).items()):
         rng.shuffle(files)
         iters.append(_lang_cuts(files, lang, rng, per_file_most))
-    while iters:  # round robin, so that a short list of windows still covers every language
+    yield from _round_robin(iters)
+
+
+def _round_robin(iters: list) -> Iterator[str]:
+    while iters:  # so that a short list of windows still covers every language
         for it in list(iters):
             text = next(it, None)
             if text is None:
@@ -155,6 +174,32 @@ def nl_cuts(seed: int, chars: int = 1000, per_catalog: int = 200) -> Iterator[st
                 j += 1
             if len(out) >= 200:
                 yield out
+
+
+def man_training_pages() -> dict[str, list[Path]]:
+    """Per language, the translated man pages whose page name streams: no translation of a page the benchmarks
+    hold out (``nl``, ``nl-de``, ...) is read, in any language."""
+    from omnidraft.assets.corpora import man_pages
+    from omnidraft.bench.prompts import _man_split
+
+    by_lang: dict[str, list[Path]] = {}
+    for lang, p in man_pages():
+        if not p.is_symlink() and _man_split(p) == "stream":
+            by_lang.setdefault(lang, []).append(p)
+    return by_lang
+
+
+def man_cuts(seed: int, per_page: int = 16) -> Iterator[str]:
+    """Windows of those pages (``lang_sets``' windows: whole paragraphs, glyph escapes decoded, English and
+    troff residue filtered), languages interleaved, pages in a seeded order."""
+    from omnidraft.bench.lang_sets import _page_windows
+
+    rng = random.Random(seed + 4)
+    iters = []
+    for _, pages in sorted(man_training_pages().items()):
+        pages = rng.sample(pages, len(pages))
+        iters.append(text for p in pages for _, text in _page_windows(p, per_page))
+    yield from _round_robin(iters)
 
 
 # ------------------------------------------------------------------ chat
@@ -187,7 +232,8 @@ def source_texts(cfg, template: str | None) -> Iterator[Text]:
     from omnidraft.vocab import chat
 
     for src, cuts in (("code", code_cuts(cfg.seed, per_file_most=cfg.windows_per_file)),
-                      ("code-other", other_code_cuts(cfg.seed)), ("nl", nl_cuts(cfg.seed))):
+                      ("code-other", other_code_cuts(cfg.seed, javascript=cfg.javascript)), ("nl", nl_cuts(cfg.seed)),
+                      ("man", man_cuts(cfg.seed) if cfg.man + cfg.gen_man else iter(()))):
         n_tf, n_gen = getattr(cfg, src.replace("-", "_")), getattr(cfg, "gen_" + src.replace("-", "_"))
         for i, text in zip(range(n_tf + n_gen), cuts):
             if i < n_tf:
