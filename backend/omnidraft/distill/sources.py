@@ -189,17 +189,30 @@ def man_training_pages() -> dict[str, list[Path]]:
     return by_lang
 
 
-def man_cuts(seed: int, per_page: int = 16) -> Iterator[str]:
-    """Windows of those pages (``lang_sets``' windows: whole paragraphs, glyph escapes decoded, English and
-    troff residue filtered), languages interleaved, pages in a seeded order."""
-    from omnidraft.bench.lang_sets import _page_windows
+def man_cuts(seed: int, chars: int = 1000) -> Iterator[str]:
+    """Those pages cut into consecutive windows of whole paragraphs (every paragraph once, unlike the prompt sets'
+    spaced windows: 2.4 M characters is all there is), glyph escapes decoded as ``lang_sets`` does, a window
+    kept where ``prompts._usable_translation`` passes it (no English, troff residue or mojibake); languages
+    interleaved, pages in a seeded order."""
+    from omnidraft.assets.corpora import man_page_text
+    from omnidraft.bench.lang_sets import _decode_glyphs
+    from omnidraft.bench.prompts import _usable_translation
+
+    def cuts(pages: list[Path]) -> Iterator[str]:
+        for p in pages:
+            out = ""
+            for para in _decode_glyphs(man_page_text(p)).split("\n\n"):
+                out += para + "\n\n"
+                if len(out) >= chars:
+                    if _usable_translation(out):
+                        yield out
+                    out = ""
+            if len(out) >= 200 and _usable_translation(out):
+                yield out
 
     rng = random.Random(seed + 4)
-    iters = []
-    for _, pages in sorted(man_training_pages().items()):
-        pages = rng.sample(pages, len(pages))
-        iters.append(text for p in pages for _, text in _page_windows(p, per_page))
-    yield from _round_robin(iters)
+    yield from _round_robin([cuts(rng.sample(pages, len(pages)))
+                             for _, pages in sorted(man_training_pages().items())])
 
 
 # ------------------------------------------------------------------ chat
