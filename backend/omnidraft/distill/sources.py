@@ -27,8 +27,8 @@ from omnidraft.assets.corpora import (catalog_texts, chat_messages, file_split, 
 
 SOURCES = ("code", "chat", "code-gen", "chat-gen", "code-other", "nl", "code-other-gen", "nl-gen", "man", "man-gen")
 
-# Kept out of distillation on purpose: online adaptation (issue 26) needs a domain the shipped drafter never
-# saw, as a user who starts writing JavaScript would bring one; every JavaScript file stays out of training.
+# Kept out of distillation by default: online adaptation (issue 26) needed a domain the shipped drafter never
+# saw, as a user who starts writing JavaScript would bring one; ``PrepConfig.javascript`` lets it in.
 ADAPTATION_DOMAIN = "javascript"
 
 
