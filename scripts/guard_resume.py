@@ -7,7 +7,8 @@ the default generation on A (the first process: it measures the cost model and j
 (every process resumes the verdict ``guard.json`` and the cost model kept so far). Speeds are decode tokens over
 decode seconds summed over a half's prompts (model loading excluded, as in ``bench run``).
 
-    python scripts/guard_resume.py TARGET PROMPTS OUT.json [--n 4] [--tokens 96] [--gpu-layers -1] [--threads 0] [--draft D]
+    python scripts/guard_resume.py TARGET PROMPTS OUT.json [--n 4] [--tokens 96] [--gpu-layers -1] [--threads 0]
+        [--draft D]
 
 PROMPTS is a set name or a snapshot .json (``bench.snapshot``); --n prompts a half; OUT.json gets the rounds,
 OUT.md a table.
@@ -25,12 +26,12 @@ from omnidraft.bench.snapshot import load_set
 
 # (label, method, half): the target alone first, so that its state (none) cannot depend on the drafting rounds
 ROUNDS = (("target alone, A", "target", "A"), ("target alone, B", "target", "B"),
-          ("default, fresh state, A", "omnidraft", "A"), ("default, resumed, B", "omnidraft", "B"))
+          ("default, fresh state, A", "", "A"), ("default, resumed, B", "", "B"))  # "": the product's default
 
 
 def generate(prompt: str, chat: bool, method: str, state: Path, a: argparse.Namespace) -> dict:
     cmd = [sys.executable, "-m", "omnidraft.apps.cli", "generate", "--json", "--target", a.target,
-           "--method", method, "--max-tokens", str(a.tokens), "--gpu-layers", str(a.gpu_layers),
+           *(["--method", method] if method else []), "--max-tokens", str(a.tokens), "--gpu-layers", str(a.gpu_layers),
            "--threads", str(a.threads), "--state-dir", str(state)] + (["--draft", a.draft] if a.draft else []) \
         + (["--chat"] if chat else []) + ["-"]
     out = subprocess.run(cmd, input=prompt, capture_output=True, text=True, check=True).stdout

@@ -36,8 +36,8 @@ def adapt_run(tmp_path_factory):
     prompts.write_text("def add(a, b):\nclass Stack:\ndef mean(xs):\ndef is_prime(n):\ndef fib(n):\n")
     cfg = AdaptConfig(prompts=str(prompts), n_train=2, n_heldout=2, interval=2, max_tokens=6, eval_max_tokens=20,
                       eval_k=K, lr=1e-3, lora_rank=4, qtype="q8_0", out=str(root / "out"))
-    settings = Settings(target=str(target), draft=str(draft), policy="cost", k=K, threads=2, n_ctx=1024,
-                        draft_n_ctx=1024, state_dir=str(root / "state"))
+    settings = Settings(target=str(target), draft=str(draft), method="omnidraft", policy="cost", k=K, threads=2,
+                        n_ctx=1024, draft_n_ctx=1024, state_dir=str(root / "state"))  # the CLI's adapt default
     mp = pytest.MonkeyPatch()
     mp.setattr(costmodel, "measure", never_draft)  # what Session.measure_costs seeds the stream's policy with
     mp.setattr("omnidraft.apps.adapt.prompt_input", lambda gen, item: gen.prompt_from_text(item[0]))  # no chat template

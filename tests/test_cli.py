@@ -20,7 +20,7 @@ def test_generate_prints_code_and_a_summary_for_a_humaneval_style_prompt(tmp_pat
     assert r.returncode == 0, r.stderr[-2000:]
     assert "return" in r.stdout and "%" in r.stdout  # n % 2
     summary = r.stderr.strip().splitlines()[-1]
-    assert "[omnidraft]" in summary and "tokens/target pass" in summary and "acceptance" in summary
+    assert "[hybrid]" in summary and "tokens/target pass" in summary and "acceptance" in summary
 
 
 def test_generate_json_reports_statistics(tmp_path):

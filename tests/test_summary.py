@@ -62,8 +62,8 @@ def test_generate_prints_how_many_tokens_were_drafted_and_why(tmp_path):
                        capture_output=True, text=True, timeout=600)  # start-up measures the machine
     assert r.returncode == 0, r.stderr[-2000:]
     line = r.stderr.strip().splitlines()[-1]
-    assert line.startswith("[omnidraft] drafted "), line
-    m = re.match(r"\[omnidraft\] drafted (\d+) and accepted (\d+) of (\d+) tokens: the cost policy ", line)
+    assert line.startswith("[hybrid] drafted "), line
+    m = re.match(r"\[hybrid\] drafted (\d+) and accepted (\d+) of (\d+) tokens: the cost policy ", line)
     assert m, line
     drafted, accepted, produced = map(int, m.groups())
     assert 0 <= accepted <= drafted and 0 < produced <= 24

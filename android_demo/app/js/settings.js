@@ -5,7 +5,7 @@ export const DEFAULTS = Object.freeze({
   url: "",            // "" = the server this app was loaded from
   apiKey: "",
   model: "",          // "" = the server's default (first of /v1/models)
-  method: "omnidraft",
+  method: "hybrid",   // the server's default too: lookup's free drafts first, the drafter otherwise
   temperature: 0,
   k: 4,
   adaptive: true,     // policy "cost"; off = "fixed" with draft length k

@@ -203,11 +203,14 @@ def _add_adapt(sub) -> None:
 
     add_dataclass_args(a, AdaptConfig)
     add_dataclass_args(a, Settings)
-    # adapt's own target default (the speed format: eight bit-identical verification rows, see adapt.py)
-    a.set_defaults(func=_cmd_adapt, target=DEFAULT_TARGET)
+    # adapt's own target default (the speed format: eight bit-identical verification rows, see adapt.py), and
+    # method: its curves measure what the drafter model learns, which lookup's free drafts would blur
+    a.set_defaults(func=_cmd_adapt, target=DEFAULT_TARGET, method="omnidraft")
     for act in a._actions:
         if act.dest == "target":
             act.help = f"target model: short name, NAME:QTYPE or .gguf path (default: {DEFAULT_TARGET!r})"
+        if act.dest == "method":
+            act.help = act.help.split(" (default")[0] + " (default: 'omnidraft')"
 
 
 def main(argv: list[str] | None = None) -> int:

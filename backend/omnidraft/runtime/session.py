@@ -34,7 +34,9 @@ class Settings:
 
     target: str = field(default=models.DEFAULT_TARGET, metadata={"help": "target model: short name or .gguf path"})
     draft: str = field(default=models.DEFAULT_DRAFT, metadata={"help": "draft model: short name or .gguf path"})
-    method: str = field(default="omnidraft", metadata={"help": "|".join(METHODS)})
+    # hybrid (prompt lookup first, the omnidraft drafter otherwise) beat omnidraft alone on all 8 sets x targets
+    # measured (BENCHMARKS.md, "Default method"): free drafts cost no drafter pass
+    method: str = field(default="hybrid", metadata={"help": "|".join(METHODS)})
     k: int = field(default=4, metadata={"help": "maximum draft length per step", "short": "-k"})
     policy: str = field(default="cost", metadata={"help": "draft-length policy: fixed|threshold|gamma|cost"})
     p_min: float = field(default=0.3, metadata={"help": "stop drafting below this drafter top-1 probability"})
