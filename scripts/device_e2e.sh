@@ -31,7 +31,8 @@
 # KS_KM for the Q4_K_M targets on the CPU (2: their fast kernels verify at most 3 rows, so the plan caps every
 # k at 2, and their exact ones cost 2-3 decodes a 4-token pass), DRAFT (the bundled drafter
 # in the speed format, as BENCHMARKS.md's speed table), SETS (the humaneval and chat snapshots), GPU_BATCH (7),
-# GPU_N (4) and GPU_TOKENS (96) for the GPU runs.
+# GPU_N (4) and GPU_TOKENS (96) for the GPU runs, METHODS (target,hybrid: the default method since 2026-11-28;
+# the first rounds ran target,omnidraft).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -40,6 +41,7 @@ CARRY="$ROOT/.deve2e"
 W=${E2E_WORK:-/tmp/e2e}
 OUT="${OUT:-/tmp/device-out}"
 N=${N:-2} TOKENS=${TOKENS:-64} KS=${KS:-2,3,4,5,6} KS_KM=${KS_KM:-2} GPU_BATCH=${GPU_BATCH:-7}
+METHODS=${METHODS:-target,hybrid}  # the product's default method (omnidraft before 2026-11-28; add it to compare)
 DRAFT=${DRAFT:-smollm2-135m-d8-qwen:q4_0_pure}
 Q15=qwen2.5-coder-1.5b Q05=qwen2.5-coder-0.5b
 PURE=${PURE:-$Q15:q4_0_pure,$Q05:q4_0_pure} KM=${KM:-$Q15,$Q05}  # the targets, by format
@@ -198,7 +200,7 @@ bench() {  # $1 = place (results folder), $2 = build (cpu|upstream|gpu), the res
   say "$place ($b build): bench run $*"
   local rc=0
   $PY -X faulthandler -m omnidraft.apps.cli bench run --draft "$DRAFT" --sets "$SETS" --n "$N" \
-    --max-tokens "$TOKENS" --methods target,omnidraft --no-gamma --no-plots --no-progress --out "$W/res/$place" \
+    --max-tokens "$TOKENS" --methods "$METHODS" --no-gamma --no-plots --no-progress --out "$W/res/$place" \
     "$@" 2>&1 \
     | tee -a "$W/res/$place/run.log" || rc=$?
   # one place failing must not cost the others: said, and the sweep goes on

@@ -47,3 +47,21 @@ def test_the_summary_takes_the_peer_from_the_upstream_build_of_the_same_place(tm
     text = md.read_text()
     assert "| cpu4 | t | humaneval | 20.0 | 40.0 | 60.0 | 1.50x | 3.00x | 1.40x | 1.25x | 2.10 | 0: 2, 3: 9 |" in text
     assert "8.00: 1.00 / 0.50 / 6.00 / 0.30 / 0.20" in text
+
+
+def test_the_default_is_the_products_default_method_where_the_run_has_it(tmp_path):
+    """Since 2026-11-28 the default generation is hybrid's: a run with both methods reads hybrid's adaptive row
+    and fixed k; a run from before (omnidraft only) still reads omnidraft's."""
+    _write(tmp_path / "gpu" / "a.json", "t", {
+        "target": _result(100.0),
+        "omnidraft k=2": _result(90.0, method="omnidraft", k=2, speedup=0.9),
+        "omnidraft adaptive": _result(95.0, method="omnidraft", k=4, policy="cost", speedup=0.95),
+        "hybrid k=2": _result(110.0, method="hybrid", k=2, speedup=1.1),
+        "hybrid adaptive": _result(120.0, method="hybrid", k=4, policy="cost", speedup=1.2)})
+    _write(tmp_path / "cpu8" / "b.json", "t", {
+        "target": _result(50.0),
+        "omnidraft adaptive": _result(60.0, method="omnidraft", k=4, policy="cost", speedup=1.2)})
+    rows = {r["place"]: r for r in json.loads(e2e.summarize(tmp_path)[1].read_text())["rows"]}
+    assert rows["gpu"]["default"] == "hybrid adaptive" and rows["gpu"]["default_speedup"] == 1.2
+    assert rows["gpu"]["fixed"] == {"2": {"speedup": 1.1, "tau": 1.0, "predicted": None}}
+    assert rows["cpu8"]["default"] == "omnidraft adaptive" and rows["cpu8"]["default_speedup"] == 1.2

@@ -19,7 +19,9 @@ from omnidraft.spec.stats import STEP_PARTS
 
 UPSTREAM = "-upstream"
 PEER = "llama-cpp-python"
-DEFAULT = "omnidraft adaptive"
+# the default generation's config: the product's default method with its cost policy (hybrid since 2026-11-28;
+# the device rounds before that ran omnidraft, whose rows still read as theirs)
+DEFAULTS = ("hybrid adaptive", "omnidraft adaptive")
 
 
 def load(root: Path) -> dict[tuple[str, str, str], dict]:
@@ -42,10 +44,11 @@ def load(root: Path) -> dict[tuple[str, str, str], dict]:
 def row(place: str, target: str, set_name: str, run: dict) -> dict:
     res = run["results"]
     base = res.get("target", {})
-    d = res.get(DEFAULT, {})
+    default = next((name for name in DEFAULTS if name in res), DEFAULTS[0])
+    d = res.get(default, {})
     up = run.get("upstream", {}).get("results", {})
     peer = up.get(PEER) or res.get(PEER) or {}
-    out = {"place": place, "target": target, "set": set_name, "threads": run.get("threads"),
+    out = {"place": place, "target": target, "set": set_name, "default": default, "threads": run.get("threads"),
            "gpu_layers": run.get("gpu_layers", 0), "kernels": run["kernels"]["mode"],
            "max_verify_batch": run["max_verify_batch"], "target_tok_s": base.get("tokens_per_s"),
            "peer_tok_s": peer.get("tokens_per_s"), "peer_build": "upstream" if up.get(PEER) else "this build",
@@ -56,7 +59,7 @@ def row(place: str, target: str, set_name: str, run: dict) -> dict:
            and peer.get("tokens_per_s") else None,
            "cost_choices": (d.get("policy_stats") or {}).get("draft_lengths"),
            "fixed": {r["k"]: {"speedup": r.get("speedup"), "tau": r["tau"], "predicted": r.get("predicted_speedup")}
-                     for r in res.values() if r.get("method") == "omnidraft" and r.get("policy") == "fixed"},
+                     for r in res.values() if r.get("method") == default.split()[0] and r.get("policy") == "fixed"},
            "same_output": all(r.get("same_output_as_target") is not False for r in res.values()),
            "default_step_ms": d.get("step_ms"), "default_step_share": d.get("step_share"),
            "file": run["file"]}
