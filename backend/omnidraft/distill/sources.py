@@ -3,7 +3,7 @@
 | source         | teacher-forced windows of                                   | held out of training            |
 |----------------|-------------------------------------------------------------|---------------------------------|
 | code           | Python: the standard library and site-packages (.py)         | HumanEval, every module of the stdlib-code/docs sets, the stdlib's held-out modules, tests |
-| code-other     | C/C++ headers, Java (the JDK's src.zip), Perl, shell          | one family per language and a seeded 10 % of files (``corpora.file_split``); JavaScript entirely (``ADAPTATION_DOMAIN``) |
+| code-other     | C/C++ headers, Java (the JDK's src.zip), Perl, shell          | one family per language and a seeded 10 % of files (``corpora.file_split``); JavaScript unless ``PrepConfig.javascript`` (``ADAPTATION_DOMAIN``) |
 | nl             | translation catalogs (gettext .mo) in ~130 languages          | translated man pages (never read here) |
 | man            | translated man pages, ``PrepConfig.man`` > 0 only            | every page name the benchmarks hold out (``prompts._man_split``), in every language |
 | chat           | ShareGPT exchanges (every user/assistant pair) through the target's chat template | the seeded 5 % of conversations |
