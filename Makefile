@@ -20,7 +20,7 @@ demo: models
 	$(BIN)/omnidraft models pull $(TARGET) $(DRAFT)
 	@echo "== $(TARGET) alone =="
 	$(BIN)/omnidraft generate --chat --max-tokens 160 --target $(TARGET) --draft $(DRAFT) --method target "$(PROMPT)"
-	@echo "== the 8-layer distilled SmolLM2 drafting for it, default cost-aware policy: the same text, faster =="
+	@echo "== the default: prompt lookup first, the 8-layer distilled SmolLM2 otherwise, cost-aware policy: the same text, faster =="
 	@echo "   (it drafts only where this machine's measured cost model says speculation pays)"
 	$(BIN)/omnidraft generate --chat --max-tokens 160 --target $(TARGET) --draft $(DRAFT) "$(PROMPT)"
 
