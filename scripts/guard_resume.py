@@ -31,9 +31,9 @@ ROUNDS = (("target alone, A", "target", "A"), ("target alone, B", "target", "B")
 
 def generate(prompt: str, chat: bool, method: str, state: Path, a: argparse.Namespace) -> dict:
     cmd = [sys.executable, "-m", "omnidraft.apps.cli", "generate", "--json", "--target", a.target,
-           *(["--method", method] if method else []), "--max-tokens", str(a.tokens), "--gpu-layers", str(a.gpu_layers),
-           "--threads", str(a.threads), "--state-dir", str(state)] + (["--draft", a.draft] if a.draft else []) \
-        + (["--chat"] if chat else []) + ["-"]
+           "--max-tokens", str(a.tokens), "--gpu-layers", str(a.gpu_layers), "--threads", str(a.threads),
+           "--state-dir", str(state), *(["--method", method] if method else []),
+           *(["--draft", a.draft] if a.draft else []), *(["--chat"] if chat else []), "-"]
     out = subprocess.run(cmd, input=prompt, capture_output=True, text=True, check=True).stdout
     return json.loads(out[out.index("{"):])
 

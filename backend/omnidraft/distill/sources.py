@@ -246,7 +246,7 @@ def source_texts(cfg, template: str | None) -> Iterator[Text]:
 
     for src, cuts in (("code", code_cuts(cfg.seed, per_file_most=cfg.windows_per_file)),
                       ("code-other", other_code_cuts(cfg.seed, javascript=cfg.javascript)), ("nl", nl_cuts(cfg.seed)),
-                      ("man", man_cuts(cfg.seed) if cfg.man + cfg.gen_man else iter(()))):
+                      ("man", man_cuts(cfg.seed))):  # a generator: with man = gen_man = 0 it reads nothing
         n_tf, n_gen = getattr(cfg, src.replace("-", "_")), getattr(cfg, "gen_" + src.replace("-", "_"))
         for i, text in zip(range(n_tf + n_gen), cuts):
             if i < n_tf:

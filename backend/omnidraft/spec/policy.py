@@ -251,11 +251,11 @@ class DraftPolicy:
         ceiling = self.ceiling(k)
         g = self.guard
         if g.losing():
-            rates = g.stats.last_rates
-            seen = (f"{rates[0]:.0f} against {rates[1]:.0f} tokens/s" if rates else "by an earlier process")
-            where = ", kept from an earlier process" if g.stats.resumed else ""
+            rates = g.stats.last_rates  # None only in a verdict resumed from before the rates were kept
+            seen = "by an earlier process" if rates is None else f"{rates[0]:.0f} against {rates[1]:.0f} tokens/s" \
+                + (", kept from an earlier process" if g.stats.resumed else "")
             return (f"the cost policy stopped drafting: its drafting steps ran at {g.stats.last_ratio:.2f}x the pace "
-                    f"of the target alone, as measured ({seen}{where}), although its cost model predicted a gain")
+                    f"of the target alone, as measured ({seen}), although its cost model predicted a gain")
         if ceiling < 1.0:
             return (f"the cost policy ran the target alone, it is faster on this machine "
                     f"(predicted {ceiling:.2f}x at best, even with every drafted token accepted)")
