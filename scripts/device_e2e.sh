@@ -22,6 +22,9 @@
 #                                              the Q4_0 targets at 16 and 8 threads again (cpuN-guard)
 #          scripts/device_e2e.sh resume        the guard's kept verdict across processes: the 1.5B on the GPU,
 #                                              one `omnidraft generate` process a prompt (scripts/guard_resume.py)
+#          scripts/device_e2e.sh threads [THREADS...]  the drafter's auto-tuned threads against all (8 16 4)
+#          scripts/device_e2e.sh gpu-hybrid    the default method on the GPU (q4_0_pure targets), then resume
+#          scripts/device_e2e.sh round3        threads 8 16, gpu-hybrid, threads 4 (the third round, 2026-11-28)
 #          scripts/device_e2e.sh bg NAME STEP ARGS...   a step detached (longer than one call); log /tmp/e2e/NAME.log
 #          scripts/device_e2e.sh wait NAME SECONDS [TEXT]   until it ends (or its log holds TEXT); its log's tail
 #          scripts/device_e2e.sh fetch         the results so far into this call's $OUT (one .tgz + the summary)
@@ -278,7 +281,34 @@ resume() {  # issue 28: does the guard's kept verdict carry from one process to 
   say "resume done"
 }
 
+threads() {  # THREADS... (8 16 4): the drafter on its own, auto-tuned thread count against all of them
+  [ $# -gt 0 ] || set -- 8 16 4
+  [ -n "${LOCAL:-}" ] && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
+  need_models
+  local up=upstream th
+  [ -n "${LOCAL:-}" ] || [ -f "$W/llama-upstream/llama_cpp/__init__.py" ] || up=cpu
+  for th in "$@"; do
+    bench "cpu$th-auto" cpu --threads "$th" --targets "$PURE" --ks "${KS_T:-4}" --adaptive-k 4
+    bench "cpu$th-all" cpu --threads "$th" --draft-threads "$th" --targets "$PURE" --ks "${KS_T:-4}" --adaptive-k 4
+    bench "cpu$th-auto-upstream" "$up" --threads "$th" --targets "$PURE" --methods target --peer
+    summarize
+  done
+  say "threads done"
+}
+
+gpu_hybrid() {  # the default method (hybrid) fully offloaded, the q4_0_pure targets, then the kept verdict
+  need_models
+  local g=gpu N=${GPU_N:-4} TOKENS=${GPU_TOKENS:-96}
+  [ -n "${LOCAL:-}" ] && g=cpu
+  bench gpu-hybrid "$g" --gpu-layers -1 --targets "$PURE" --ks 2 --adaptive-k 4 --peer
+  summarize
+  resume
+}
+
 case "${1:-}" in
+  threads) shift; threads "$@" ;;
+  gpu-hybrid) gpu_hybrid ;;
+  round3) threads 8 16; gpu_hybrid; threads 4; say "round3 done" ;;
   prepare) prepare ;;
   recheck) recheck ;;
   resume) resume ;;

@@ -18,10 +18,10 @@ def _result(tok_s, **kw):
             "policy": kw.pop("policy", "fixed"), "k": kw.pop("k", 0), **kw}
 
 
-def _write(path, target, results, machine="xeon"):
+def _write(path, target, results, machine="xeon", **run_kw):
     path.parent.mkdir(parents=True, exist_ok=True)
     run = {"target": target, "set": {"name": "humaneval"}, "kernels": {"mode": "fast"}, "max_verify_batch": 8,
-           "threads": 4, "gpu_layers": 0, "results": results}
+           "threads": 4, "gpu_layers": 0, "results": results, **run_kw}
     path.write_text(json.dumps({"machine": {"cpu": machine}, "runs": [run]}))
 
 
@@ -33,7 +33,8 @@ def test_the_summary_takes_the_peer_from_the_upstream_build_of_the_same_place(tm
         "omnidraft k=2": _result(50.0, method="omnidraft", k=2, speedup=1.25, tau=1.8, same_output_as_target=True),
         "omnidraft adaptive": _result(60.0, method="omnidraft", k=4, policy="cost", speedup=1.5, tau=2.1,
                                       predicted_speedup=1.4, same_output_as_target=True, step_ms=step["ms"],
-                                      step_share=step["share"], policy_stats={"draft_lengths": {"0": 2, "3": 9}})})
+                                      step_share=step["share"], policy_stats={"draft_lengths": {"0": 2, "3": 9}})},
+           draft_threads=2)  # the drafter's own (auto-tuned) thread count shows beside the target's
     _write(tmp_path / "cpu4-upstream" / "b.json", "t", {
         "target": _result(30.0, same_output_as_target=True),
         "llama-cpp-python": _result(20.0, method="llama-cpp-python", same_output_as_target=None)})
@@ -45,7 +46,7 @@ def test_the_summary_takes_the_peer_from_the_upstream_build_of_the_same_place(tm
     assert r["default_speedup"] == 1.5 and r["default_vs_peer"] == 3.0 and r["fixed"]["2"]["speedup"] == 1.25
     assert r["cost_choices"] == {"0": 2, "3": 9} and r["same_output"] is True
     text = md.read_text()
-    assert "| cpu4 | t | humaneval | 20.0 | 40.0 | 60.0 | 1.50x | 3.00x | 1.40x | 1.25x | 2.10 | 0: 2, 3: 9 |" in text
+    assert "| cpu4 | t | humaneval | 4 (2) | 20.0 | 40.0 | 60.0 | 1.50x | 3.00x | 1.40x | 1.25x | 2.10 | 0: 2, 3: 9 |" in text
     assert "8.00: 1.00 / 0.50 / 6.00 / 0.30 / 0.20" in text
 
 

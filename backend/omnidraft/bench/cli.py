@@ -50,6 +50,7 @@ class RunSettings:
     ks: str | None = field(default=None, metadata={"help": "comma-separated fixed draft lengths", **_PRESET})
     methods: str | None = field(default=None, metadata={"help": "comma-separated methods", **_PRESET})
     threads: int = field(default=0, metadata={"help": _THREADS})
+    draft_threads: int = field(default=0, metadata={"help": "drafter CPU threads (0 = auto, as generate does)"})
     gpu_layers: int = field(default=0, metadata={
         "help": "layers of the target and the drafter (and the peer's model) offloaded to a GPU build (-1 = all)"})
     kernels: str = field(default=AUTO, metadata={
@@ -189,7 +190,7 @@ def _cmd_run(cfg: RunSettings) -> int:
     for target in _csv(preset["targets"]):
         session = Session(Settings(target=target, draft=draft, threads=cfg.threads, n_ctx=4096,
                                    draft_n_ctx=4096, method="omnidraft", kernels=cfg.kernels,
-                                   gpu_layers=cfg.gpu_layers))
+                                   gpu_layers=cfg.gpu_layers, draft_threads=cfg.draft_threads))
         if cfg.verify_batch:  # past the plan: speed measured, exactness reported, not promised
             session.max_verify_batch = cfg.verify_batch
         same = preset.get("same_vocab") if "same-vocab" in methods and target != preset.get("same_vocab") else None
@@ -216,6 +217,7 @@ def _cmd_run(cfg: RunSettings) -> int:
                        "cost_samples": ctx.costs.samples(),
                        "max_verify_batch": session.max_verify_batch, "gpu_layers": cfg.gpu_layers,
                        "threads": session.target.config.threads()[0],
+                       "draft_threads": session.draft.live_threads,
                        "verify_batch_forced": bool(cfg.verify_batch), "results": res,
                        "ceiling": _ceiling(cost, ks), "ngram_cache": session.pair.cache.stats(),
                        "peak_rss_mb": runner.peak_rss_mb()}
@@ -228,7 +230,7 @@ def _cmd_run(cfg: RunSettings) -> int:
                        + (f"; forced to batches of up to {cfg.verify_batch} (--verify-batch: exactness not promised)"
                           if cfg.verify_batch else "")
                        + (f"; {cfg.gpu_layers} layers on the GPU" if cfg.gpu_layers else "")
-                       + f"; {run['threads']} threads",
+                       + f"; {run['threads']} threads ({run['draft_threads']} for the drafter)",
                        "",
                        f"Cost model (medians of {ctx.costs.samples()} timing rounds taken through the run):", "",
                        report.cost_table(cost.as_dict()), "", report.results_table(res), "",

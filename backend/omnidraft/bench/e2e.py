@@ -49,6 +49,7 @@ def row(place: str, target: str, set_name: str, run: dict) -> dict:
     up = run.get("upstream", {}).get("results", {})
     peer = up.get(PEER) or res.get(PEER) or {}
     out = {"place": place, "target": target, "set": set_name, "default": default, "threads": run.get("threads"),
+           "draft_threads": run.get("draft_threads"),
            "gpu_layers": run.get("gpu_layers", 0), "kernels": run["kernels"]["mode"],
            "max_verify_batch": run["max_verify_batch"], "target_tok_s": base.get("tokens_per_s"),
            "peer_tok_s": peer.get("tokens_per_s"), "peer_build": "upstream" if up.get(PEER) else "this build",
@@ -79,9 +80,17 @@ def _choices(lengths: dict | None) -> str:
     return ", ".join(f"{k}: {n}" for k, n in sorted(lengths.items(), key=lambda kv: int(kv[0]))) if lengths else "-"
 
 
+def _threads(r: dict) -> str:
+    """'8' or, where the drafter ran on its own count (auto-tuned or --draft-threads), '8 (4)'."""
+    if r.get("gpu_layers"):
+        return "GPU"
+    d = r.get("draft_threads")
+    return f"{r['threads']}" + (f" ({d})" if d and d != r["threads"] else "")
+
+
 def table(rows: list[dict]) -> str:
     ks = sorted({int(k) for r in rows for k in r["fixed"]})
-    head = ["place", "target", "set", "plain llama-cpp-python tok/s", "target alone tok/s", "default tok/s",
+    head = ["place", "target", "set", "threads (drafter's)", "plain llama-cpp-python tok/s", "target alone tok/s", "default tok/s",
             "default vs target alone", "vs plain", "predicted", *[f"k={k}" for k in ks], "tau", "cost policy's k: steps",
             "same output", "default step ms: " + " / ".join(STEP_PARTS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -91,7 +100,7 @@ def table(rows: list[dict]) -> str:
         step = (f"{ms.get('step', 0):.2f}: " + " / ".join(f"{ms.get(p, 0):.2f}" for p in STEP_PARTS)) if ms else "-"
         peer = _f(r["peer_tok_s"]) + (" (this build)" if r["peer_build"] != "upstream" and r["peer_tok_s"] else "")
         lines.append("| " + " | ".join([
-            r["place"], r["target"], r["set"], peer, _f(r["target_tok_s"]), _f(r["default_tok_s"]),
+            r["place"], r["target"], r["set"], _threads(r), peer, _f(r["target_tok_s"]), _f(r["default_tok_s"]),
             _x(r["default_speedup"]), _x(r["default_vs_peer"]), _x(r["default_predicted"]),
             *[_x(fixed.get(k, {}).get("speedup")) for k in ks], _f(r["default_tau"], "{:.2f}"),
             _choices(r["cost_choices"]), "yes" if r["same_output"] else "NO", step]) + " |")

@@ -103,6 +103,7 @@ class BenchContext:
         if same_vocab_draft:
             self.same_pair = session.open_pair(same_vocab_draft, persistent=False)
             drafters["same"] = self.same_pair.draft
+        session.tune_drafter()  # the drafter's threads as generate and serve pick them, before any timing
         # timed on first use, not here: `bench peer` builds a context and never prices anything
         self.costs = CostSampler(session.target, session.max_verify_batch, drafters)
         self._peer: PeerLlama | None = None

@@ -111,6 +111,7 @@ class Engine:
             self.close()
             raise
         self.tokens: list[int] = []  # exactly what is in the KV cache, in position order
+        self.live_threads = self.config.threads()[0]  # what passes run on now (set_threads changes it)
 
     # ---------------------------------------------------------------- loading
     def _load_model(self):
@@ -234,6 +235,14 @@ class Engine:
         if special:
             return b"".join(self.special_text(t) if self.is_special[t] else self.token_bytes[t] for t in ids)
         return b"".join(self.token_bytes[t] for t in ids)
+
+    def set_threads(self, n: int) -> None:
+        """Run every later pass, one-token and batched, on ``n`` CPU threads.  A small drafter between a large
+        target's passes can be faster on fewer: fewer threads to wake and to synchronise per tiny matmul."""
+        if n < 1:
+            raise EngineError(f"threads must be at least 1, not {n}")
+        llama_cpp.llama_set_n_threads(self._ctx, n, n)
+        self.live_threads = n
 
     # -------------------------------------------------------------- decoding
     @property

@@ -43,6 +43,8 @@ class Settings:
     n_ctx: int = field(default=4096, metadata={"help": "context window of the target (tokens)"})
     draft_n_ctx: int = field(default=4096, metadata={"help": "context window of the drafter (tokens)"})
     threads: int = field(default=0, metadata={"help": "CPU threads (0 = all cores)"})
+    draft_threads: int = field(default=0, metadata={
+        "help": "drafter CPU threads (0 = auto: --threads and fewer timed once per machine, the fastest kept)"})
     gpu_layers: int = field(default=0, metadata={
         "help": "layers of the target and the drafter offloaded to a GPU build of llama.cpp (-1 = all)"})
     kernels: str = field(default=AUTO, metadata={
@@ -82,6 +84,7 @@ class Session:
         self._policies: dict[tuple, DraftPolicy] = {}  # (method, policy, k, p_min) -> policy; least recent first
         self._predictors: dict[str, AcceptancePredictor] = {}  # method -> what its policies learn acceptance with
         self.cost_model: CostModel | None = None
+        self.tuned_draft_threads: int | None = None  # auto drafter threads, once known (kept across swaps)
         if settings.method in NEEDS_DRAFT_MODEL:
             self.load_drafter(settings.draft)
 
@@ -99,8 +102,10 @@ class Session:
         empty one kept in memory (a second pair beside the session's, e.g. a benchmark's)."""
         s = self.settings
         draft = Engine(models.resolve(name_or_path),
-                       EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.threads, batch_invariant=False,
+                       EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.draft_threads or s.threads, batch_invariant=False,
                                     n_gpu_layers=s.gpu_layers))
+        if persistent and self.tuned_draft_threads:  # a swapped-in version of the drafter: same shape, same count
+            draft.set_threads(self.tuned_draft_threads)
         bridge = build_bridge(draft, self.target)
         if not persistent:
             cache = NGramCache(bridge.draft_fp, bridge.target_fp)
@@ -151,9 +156,33 @@ class Session:
         method = method or self.settings.method
         if method in NEEDS_DRAFT_MODEL and self.pair is None:
             self.load_drafter(self.settings.draft)
+        if method in NEEDS_DRAFT_MODEL:
+            self.tune_drafter()
         if (policy or self.settings.policy) == "cost" and method != "target":
             self.measure_costs()
         return self
+
+    def tune_drafter(self) -> int | None:
+        """Auto drafter threads (``draft_threads`` 0, on the CPU): read from threads.json, else timed against
+        fewer threads (under a second) and kept, per machine, build, models and threads.  Returns the count."""
+        s, draft = self.settings, self.draft
+        if draft is None or s.draft_threads or s.gpu_layers:
+            return None
+        if self.tuned_draft_threads is None:
+            path, key = self.state_dir / "threads.json", self._cost_key()
+            entry = statefile.read(path, key) or {}
+            n = entry.get("draft_threads")
+            if not isinstance(n, int) or n < 1:
+                default = draft.config.threads()[0]
+                times = costmodel.time_draft_threads(draft, self.target, costmodel.thread_candidates(default))
+                n = costmodel.pick_threads(times, default)
+                statefile.write(path, key, {"draft_threads": n, "step_ms": {c: round(t * 1e3, 3)
+                                                                            for c, t in times.items()}})
+                log.info("drafter threads: %d (a drafting step: %s ms by thread count)", n,
+                         {c: round(t * 1e3, 2) for c, t in times.items()})
+            self.tuned_draft_threads = n
+        draft.set_threads(self.tuned_draft_threads)
+        return self.tuned_draft_threads
 
     def generator(self, method: str | None = None, k: int | None = None, policy: str | None = None) -> Generator:
         """A generator for ``method`` (default: the settings'), drafting up to ``k`` with ``policy`` (default:
