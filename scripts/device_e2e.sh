@@ -26,7 +26,8 @@
 #          scripts/device_e2e.sh gpu-hybrid    the default method on the GPU (q4_0_pure targets), then resume
 #          scripts/device_e2e.sh round3        threads 8 16, gpu-hybrid, threads 4 (the third round, 2026-11-28)
 #          scripts/device_e2e.sh bg NAME STEP ARGS...   a step detached (longer than one call); log /tmp/e2e/NAME.log
-#          scripts/device_e2e.sh wait NAME SECONDS [TEXT]   until it ends (or its log holds TEXT); its log's tail
+#          scripts/device_e2e.sh wait NAME SECONDS [TEXT]   until it ends (or its log holds TEXT); its log's tail,
+#                                              and the results so far into $OUT, as fetch (NOFETCH=1: not)
 #          scripts/device_e2e.sh fetch         the results so far into this call's $OUT (one .tgz + the summary)
 #   here, a dry run on this machine's build and cache: LOCAL=1 scripts/device_e2e.sh cpu 2
 #
@@ -171,14 +172,19 @@ models() {  # the parts joined into $OMNIDRAFT_CACHE (registry names work as her
     mkdir -p "$W/drafter"
     [ -f "$m/$(basename "$DRAFTER_FILE")" ] && mv -f "$m/$(basename "$DRAFTER_FILE")" "$W/drafter/"
   fi
-  link_drafter
-  $PY -c '
+  local try
+  for try in 1 2; do  # twice: the drafter's link has gone missing under a detached build once a session
+    link_drafter
+    $PY -c '
 import sys, time
 from omnidraft.assets import models
 for name in sys.argv[1:]:
     t0 = time.perf_counter()
     print(name, "->", models.resolve(name), f"({time.perf_counter() - t0:.1f} s)", flush=True)' \
-    $Q15 $Q05 $Q15:q4_0_pure $Q05:q4_0_pure "$DRAFT" || { say "models could not be resolved or derived"; return 1; }
+      $Q15 $Q05 $Q15:q4_0_pure $Q05:q4_0_pure "$DRAFT" && break
+    [ $try = 2 ] && { say "models could not be resolved or derived"; return 1; }
+    say "models: resolving failed once (ls models/: $(ls "$ROOT/models" | tr '\n' ' ')); again"
+  done
   [ -f "$W/carry/derived.sha256" ] && ( cd "$m/derived" && sha256sum -c "$W/carry/derived.sha256" ) \
     || say "derived files differ from here's (or no pin): results stand, provenance noted"
   mkdir -p "$OMNIDRAFT_CACHE/datasets"
@@ -191,7 +197,9 @@ need_models() {  # the models step, unless the parts were joined already (or LOC
 
 link_drafter() {  # the bundled drafter travels in the parts: put it where the registry looks (models/)
   [ -n "${LOCAL:-}" ] && return 0
-  [ -f "$DRAFTER_FILE" ] || ln -sf "$W/drafter/$(basename "$DRAFTER_FILE")" "$DRAFTER_FILE"
+  # by $ROOT, not the working directory: each call lays the tree down afresh, and a step detached by an
+  # earlier call (build's models step) would link into the tree it started in (2026-11-28: models FAILED twice)
+  [ -f "$ROOT/$DRAFTER_FILE" ] || ln -sf "$W/drafter/$(basename "$DRAFTER_FILE")" "$ROOT/$DRAFTER_FILE"
 }
 
 bench() {  # $1 = place (results folder), $2 = build (cpu|upstream|gpu), the rest: bench run flags
@@ -305,6 +313,13 @@ gpu_hybrid() {  # the default method (hybrid) fully offloaded, the q4_0_pure tar
   resume
 }
 
+fetch() {  # the results so far into this call's $OUT (one .tgz + the summary)
+  mkdir -p "$OUT" "$W/res"
+  cp "$W"/*.log "$W"/builds.txt "$W/res/" 2>/dev/null || true
+  tar czf "$OUT/e2e-results.tgz" -C "$W" res
+  cp "$W/res/e2e-summary.md" "$OUT/" 2>/dev/null || true
+}
+
 case "${1:-}" in
   threads) shift; threads "$@" ;;
   gpu-hybrid) gpu_hybrid ;;
@@ -329,12 +344,10 @@ case "${1:-}" in
     until ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge "$end" ] ||
       { [ -n "${4:-}" ] && grep -qF -- "$4" "$W/$2.log"; }; do sleep 5; done
     kill -0 "$pid" 2>/dev/null && echo "$2: still running" || echo "$2: finished"
-    tail -n "${TAIL:-30}" "$W/$2.log" ;;
-  fetch)
-    mkdir -p "$OUT" "$W/res"
-    cp "$W"/*.log "$W"/builds.txt "$W/res/" 2>/dev/null || true
-    tar czf "$OUT/e2e-results.tgz" -C "$W" res
-    cp "$W/res/e2e-summary.md" "$OUT/" 2>/dev/null || true
-    ls -la "$OUT"; cat "$W/res/e2e-summary.md" 2>/dev/null | head -60 ;;
+    tail -n "${TAIL:-30}" "$W/$2.log"
+    # every wait brings back what is done so far: a machine lost between calls takes only the unfetched rest
+    # (2026-11-28: the first machine of round 3 was gone after a 420-s wait, and its results with it)
+    [ -n "${NOFETCH:-}" ] || fetch ;;
+  fetch) fetch; ls -la "$OUT"; cat "$W/res/e2e-summary.md" 2>/dev/null | head -60 ;;
   *) sed -n '2,/^set /p' "$0" | grep '^#' >&2; exit 2 ;;
 esac

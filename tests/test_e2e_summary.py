@@ -18,11 +18,12 @@ def _result(tok_s, **kw):
             "policy": kw.pop("policy", "fixed"), "k": kw.pop("k", 0), **kw}
 
 
-def _write(path, target, results, machine="xeon", **run_kw):
+def _write(path, target, results, machine="xeon", llamafile=None, **run_kw):
     path.parent.mkdir(parents=True, exist_ok=True)
     run = {"target": target, "set": {"name": "humaneval"}, "kernels": {"mode": "fast"}, "max_verify_batch": 8,
            "threads": 4, "gpu_layers": 0, "results": results, **run_kw}
-    path.write_text(json.dumps({"machine": {"cpu": machine}, "runs": [run]}))
+    m = {"cpu": machine} if llamafile is None else {"cpu": machine, "llamafile_kernels": llamafile}
+    path.write_text(json.dumps({"machine": m, "runs": [run]}))
 
 
 def test_the_summary_takes_the_peer_from_the_upstream_build_of_the_same_place(tmp_path):
@@ -48,6 +49,20 @@ def test_the_summary_takes_the_peer_from_the_upstream_build_of_the_same_place(tm
     text = md.read_text()
     assert "| cpu4 | t | humaneval | 4 (2) | 20.0 | 40.0 | 60.0 | 1.50x | 3.00x | 1.40x | 1.25x | 2.10 | 0: 2, 3: 9 |" in text
     assert "8.00: 1.00 / 0.50 / 6.00 / 0.30 / 0.20" in text
+
+
+def test_a_peer_run_on_the_projects_own_build_is_not_called_upstream(tmp_path):
+    """Where the upstream build was not made, the script's "-upstream" runs use the project's build: their
+    llamafile flag (off in ours, on in pip's default) keeps the summary from calling them upstream."""
+    _write(tmp_path / "cpu8" / "a.json", "t", {"target": _result(50.0), "hybrid adaptive": _result(
+        60.0, method="hybrid", k=4, policy="cost", speedup=1.2)}, llamafile=False)
+    for flag, label in ((False, "this build"), (True, "upstream")):
+        _write(tmp_path / "cpu8-upstream" / "b.json", "t", {"target": _result(50.0), "llama-cpp-python": _result(
+            40.0, method="llama-cpp-python")}, llamafile=flag)
+        md, js = e2e.summarize(tmp_path)
+        row = json.loads(js.read_text())["rows"][0]
+        assert row["peer_build"] == label and row["peer_tok_s"] == 40.0
+        assert ("40.0 (this build)" in md.read_text()) == (label == "this build")
 
 
 def test_the_default_is_the_products_default_method_where_the_run_has_it(tmp_path):

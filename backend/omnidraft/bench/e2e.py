@@ -47,12 +47,15 @@ def row(place: str, target: str, set_name: str, run: dict) -> dict:
     default = next((name for name in DEFAULTS if name in res), DEFAULTS[0])
     d = res.get(default, {})
     up = run.get("upstream", {}).get("results", {})
+    # a place's "-upstream" runs fall back to the project's build where the upstream one failed or was not made
+    # (2026-11-28's second machine): llamafile's kernels, on in pip's default build and off in ours, tell them apart
+    up_is_upstream = run.get("upstream", {}).get("machine", {}).get("llamafile_kernels") is not False
     peer = up.get(PEER) or res.get(PEER) or {}
     out = {"place": place, "target": target, "set": set_name, "default": default, "threads": run.get("threads"),
            "draft_threads": run.get("draft_threads"),
            "gpu_layers": run.get("gpu_layers", 0), "kernels": run["kernels"]["mode"],
            "max_verify_batch": run["max_verify_batch"], "target_tok_s": base.get("tokens_per_s"),
-           "peer_tok_s": peer.get("tokens_per_s"), "peer_build": "upstream" if up.get(PEER) else "this build",
+           "peer_tok_s": peer.get("tokens_per_s"), "peer_build": "upstream" if up.get(PEER) and up_is_upstream else "this build",
            "upstream_target_tok_s": up.get("target", {}).get("tokens_per_s"),
            "default_tok_s": d.get("tokens_per_s"), "default_speedup": d.get("speedup"),
            "default_predicted": d.get("predicted_speedup"), "default_tau": d.get("tau"),
