@@ -323,7 +323,7 @@ def test_the_session_keeps_the_guards_verdict_for_its_next_start(tmp_path):
     s.state_dir, s.drafter_version, s._policies, s.cost_model = tmp_path, "base", {}, None
     s.pair = type("Pair", (), {"cache": type("C", (), {"save": lambda self, p: None})(),
                                "bridge": type("B", (), {"draft_fp": "d", "target_fp": "t"})()})()
-    s._predictors, s._cost_key = {}, lambda: "machine|build|models"
+    s._predictors, s._cost_key, s._saved_verdicts = {}, lambda: "machine|build|models", {}
     s._predictor = lambda method: None
     s._warm_costs = lambda: type("CM", (), {"t_verify": {1: 0.002}, "t_draft": 0.001})()
     pol = s.policy("omnidraft", PolicyConfig(name="cost", k=4))
@@ -335,6 +335,12 @@ def test_the_session_keeps_the_guards_verdict_for_its_next_start(tmp_path):
     resumed = s.policy("omnidraft", PolicyConfig(name="cost", k=4)).guard
     assert resumed.stats.resumed and resumed.stats.last_rates == (40.0, 50.0)
     assert not s.policy("hybrid", PolicyConfig(name="cost", k=4)).guard.stats.resumed
+    (tmp_path / "guard.json").unlink()
+    s.save_state()  # a server saves after every request: a verdict it wrote already is not written again
+    assert not (tmp_path / "guard.json").exists()
+    resumed.resume({"ratio": 0.7, "spell": 256})
+    s.save_state()
+    assert statefile.read(tmp_path / "guard.json", "machine|build|models|base|omnidraft")["ratio"] == 0.7
     (tmp_path / "guard.json").write_text("{not json")
     s._policies = {}
     assert not s.policy("omnidraft", PolicyConfig(name="cost", k=4)).guard.stats.resumed

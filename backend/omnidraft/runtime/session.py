@@ -85,6 +85,7 @@ class Session:
         self._predictors: dict[str, AcceptancePredictor] = {}  # method -> what its policies learn acceptance with
         self.cost_model: CostModel | None = None
         self.tuned_draft_threads: int | None = None  # auto drafter threads, once known (kept across swaps)
+        self._saved_verdicts: dict[str, dict] = {}  # guard.json's entries as this process last wrote them
         if settings.method in NEEDS_DRAFT_MODEL:
             self.load_drafter(settings.draft)
 
@@ -273,9 +274,10 @@ class Session:
                     predictor.save(self.predictor_path(method))
             for (method, *_), policy in self._policies.items():
                 self._check_drift(policy)
-                verdict = policy.guard.verdict()
-                if method != "target" and verdict is not None:
-                    statefile.write(self.state_dir / "guard.json", self._guard_key(method), verdict)
+                verdict, key = policy.guard.verdict(), self._guard_key(method)
+                if method != "target" and verdict is not None and self._saved_verdicts.get(key) != verdict:
+                    statefile.write(self.state_dir / "guard.json", key, verdict)  # a server saves per request:
+                    self._saved_verdicts[key] = verdict  # the file is rewritten only when a verdict changed
 
     def close(self) -> None:
         for e in (self.draft, self.target):
