@@ -74,3 +74,23 @@ def test_given_drafter_threads_are_used_as_given(pair, tmp_path, monkeypatch):
         assert not (tmp_path / "threads.json").exists()
     finally:
         s.close()
+
+
+def test_drafter_passes_are_timed_after_a_target_pass_as_in_the_loop(pair):
+    """The cost model times each drafter pass right after a one-token pass of the target (the loop's order),
+    and leaves both engines empty."""
+    from omnidraft.llama.engine import Engine, EngineConfig
+
+    class Counting(Engine):
+        passes: list[int] = []
+
+        def decode(self, ids, logits_for="last"):
+            self.passes.append(len(ids))
+            return super().decode(ids, logits_for)
+
+    with Counting(pair[0], EngineConfig(n_ctx=512, n_threads=2)) as target, \
+            Engine(pair[1], EngineConfig(n_ctx=512, n_threads=2, batch_invariant=False)) as draft:
+        times = costmodel.sample_passes(draft, range(1, 3), rounds=2, after=target)
+        assert set(times) == {1, 2} and all(len(v) == 2 and min(v) > 0 for v in times.values())
+        assert Counting.passes == [16] + [1] * 6  # its prefix, then one pass before each of 3 rounds x 2 sizes
+        assert target.n_past == 0 and draft.n_past == 0

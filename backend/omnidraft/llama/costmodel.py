@@ -73,7 +73,8 @@ def predicted_time(batch_hist: dict[int, int], t_verify: dict[int, float], draft
     return cost
 
 
-def sample_passes(engine: Engine, sizes: range, rounds: int = 5, prefix_len: int = 128) -> dict[int, list[float]]:
+def sample_passes(engine: Engine, sizes: range, rounds: int = 5, prefix_len: int = 128,
+                  after: Engine | None = None) -> dict[int, list[float]]:
     """Seconds of single decodes of n tokens after a prefix, ``rounds`` samples for each n in ``sizes``.
 
     Sizes are interleaved round by round (after one warm-up pass each), so that drift in the
@@ -81,7 +82,11 @@ def sample_passes(engine: Engine, sizes: range, rounds: int = 5, prefix_len: int
     On a GPU each timed pass follows an untimed one of the same size: on an H100 start-up timed the 1.5B's
     one-token pass, between batched ones, at 4.85 ms, while the target alone ran at 2.15 ms a pass (issue
     28), which made the target alone look slow; a change of batch size likely costs llama.cpp's CUDA
-    backend a rebuild of its graph (scripts/gpu_divergence.py measures both orders)."""
+    backend a rebuild of its graph (scripts/gpu_divergence.py measures both orders).
+
+    ``after``: each timed pass follows a one-token pass of this engine, as a drafter's passes follow the
+    target's in the loop.  Back to back, the drafter ran 1.0 ms a pass on the 2-core EPYC and 1.1 ms at 8
+    threads on the device Xeon; after a target pass 1.2 and 1.2-1.6 ms, which is what the loop paid."""
     ids = engine.tokenize(_PROBE)
     prefix = (ids * (prefix_len // len(ids) + 1))[:prefix_len]
     engine.reset()
@@ -89,18 +94,27 @@ def sample_passes(engine: Engine, sizes: range, rounds: int = 5, prefix_len: int
     sizes = list(sizes)
     gpu = bool(engine.config.n_gpu_layers)
     times: dict[int, list[float]] = {n: [] for n in sizes}
+    if after is not None:
+        other = after.tokenize(_PROBE)[:17]
+        after.reset()
+        after.decode(other[:-1], "none")
     for r in range(rounds + 1):
         for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
             batch = (ids * (n // len(ids) + 1))[:n]
             if gpu:  # an untimed pass of this size first
                 engine.rollback(prefix_len)
                 engine.decode(batch, "all")
+            if after is not None:
+                after.rollback(len(other) - 1)
+                after.decode(other[-1:], "last")
             engine.rollback(prefix_len)
             t0 = time.perf_counter()
             engine.decode(batch, "all")
             if r:  # round 0 warms up graphs and caches
                 times[n].append(time.perf_counter() - t0)
     engine.reset()
+    if after is not None:
+        after.reset()
     return times
 
 
@@ -162,6 +176,9 @@ def pick_threads(times: dict[int, float], default: int, margin: float = 0.05) ->
     return best if times[best] < times[default] * (1 - margin) else default
 
 
+KEY_VERSION = "draft-after-target"  # how the entries were measured: older ones are measured again
+
+
 def cache_key(target: Engine, draft: Engine | None, max_batch: int) -> str:
     """What a cost model depends on: the machine, the build, both model files, kernel modes, threads."""
     import platform
@@ -178,7 +195,7 @@ def cache_key(target: Engine, draft: Engine | None, max_batch: int) -> str:
         return f"{e.path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{e.mode}:{threads}{gpu}"
 
     return "|".join((platform.node(), platform.machine(), str(os.cpu_count()), llama_cpp.__version__,
-                     one(target), one(draft), str(max_batch)))
+                     one(target), one(draft), str(max_batch), KEY_VERSION))
 
 
 def cached(key: str, path: Path) -> CostModel | None:
@@ -210,7 +227,7 @@ class CostSampler:
     def sample(self, rounds: int = 2) -> None:
         _extend(self.t_verify, sample_passes(self.target, range(1, self.max_batch + 1), rounds))
         for name, eng in self.drafters.items():
-            _extend(self.t_draft[name], sample_passes(eng, DRAFT_SIZES, rounds))
+            _extend(self.t_draft[name], sample_passes(eng, DRAFT_SIZES, rounds, after=self.target))
 
     def model(self, drafter: str | None = None) -> CostModel:
         """Medians so far; ``drafter`` names the drafter whose pass costs to include (None: none)."""
