@@ -173,7 +173,7 @@ models() {  # the parts joined into $OMNIDRAFT_CACHE (registry names work as her
     [ -f "$m/$(basename "$DRAFTER_FILE")" ] && mv -f "$m/$(basename "$DRAFTER_FILE")" "$W/drafter/"
   fi
   local try
-  for try in 1 2; do  # twice: the drafter's link has gone missing under a detached build once a session
+  for try in 1 2; do  # twice: see link_drafter
     link_drafter
     $PY -c '
 import sys, time
@@ -197,8 +197,9 @@ need_models() {  # the models step, unless the parts were joined already (or LOC
 
 link_drafter() {  # the bundled drafter travels in the parts: put it where the registry looks (models/)
   [ -n "${LOCAL:-}" ] && return 0
-  # by $ROOT, not the working directory: each call lays the tree down afresh, and a step detached by an
-  # earlier call (build's models step) would link into the tree it started in (2026-11-28: models FAILED twice)
+  # by $ROOT, not the working directory.  2026-11-28, on both machines: the build's models step could not find
+  # the drafter it had just linked, and a `models` call right after could; the cause is not known (a step
+  # detached by an earlier call, while later calls lay the tree down again, is a guess), so models tries twice
   [ -f "$ROOT/$DRAFTER_FILE" ] || ln -sf "$W/drafter/$(basename "$DRAFTER_FILE")" "$ROOT/$DRAFTER_FILE"
 }
 

@@ -55,7 +55,8 @@ def row(place: str, target: str, set_name: str, run: dict) -> dict:
            "draft_threads": run.get("draft_threads"),
            "gpu_layers": run.get("gpu_layers", 0), "kernels": run["kernels"]["mode"],
            "max_verify_batch": run["max_verify_batch"], "target_tok_s": base.get("tokens_per_s"),
-           "peer_tok_s": peer.get("tokens_per_s"), "peer_build": "upstream" if up.get(PEER) and up_is_upstream else "this build",
+           "peer_tok_s": peer.get("tokens_per_s"),
+           "peer_build": "upstream" if up.get(PEER) and up_is_upstream else "this build",
            "upstream_target_tok_s": up.get("target", {}).get("tokens_per_s"),
            "default_tok_s": d.get("tokens_per_s"), "default_speedup": d.get("speedup"),
            "default_predicted": d.get("predicted_speedup"), "default_tau": d.get("tau"),
@@ -93,9 +94,9 @@ def _threads(r: dict) -> str:
 
 def table(rows: list[dict]) -> str:
     ks = sorted({int(k) for r in rows for k in r["fixed"]})
-    head = ["place", "target", "set", "threads (drafter's)", "plain llama-cpp-python tok/s", "target alone tok/s", "default tok/s",
-            "default vs target alone", "vs plain", "predicted", *[f"k={k}" for k in ks], "tau", "cost policy's k: steps",
-            "same output", "default step ms: " + " / ".join(STEP_PARTS)]
+    head = ["place", "target", "set", "threads (drafter's)", "plain llama-cpp-python tok/s", "target alone tok/s",
+            "default tok/s", "default vs target alone", "vs plain", "predicted", *[f"k={k}" for k in ks], "tau",
+            "cost policy's k: steps", "same output", "default step ms: " + " / ".join(STEP_PARTS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         fixed = {int(k): v for k, v in r["fixed"].items()}

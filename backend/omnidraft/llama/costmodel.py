@@ -145,8 +145,9 @@ def time_draft_threads(draft: Engine, target: Engine, candidates: list[int], rou
     """Median seconds of one drafting step (a 3-token catch-up pass, then 3 one-token passes) at each thread
     count, each step timed right after a one-token pass of the target, as in the loop.
 
-    Timed back to back, the drafter's threads are already awake: at 8 threads on the device Xeon the cost model
-    priced a draft at 1.1 ms and the loop paid 1.5-1.65 ms (issue 28).  Counts are interleaved round by round."""
+    Back to back, a drafter pass cost 1.1 ms at 8 threads on the device Xeon while the loop paid 1.5-1.65 ms
+    (issue 28); timed this way it costs what the loop pays.  Counts are interleaved round by round.  On the
+    machines measured (2-core EPYC; the Xeon at 4, 8, 16 threads) all threads stayed the fastest."""
     ids, tids = draft.tokenize(_PROBE), target.tokenize(_PROBE)
     prefix, tprefix = ids[:16], tids[:16]
     draft.reset(), target.reset()

@@ -237,8 +237,8 @@ class Engine:
         return b"".join(self.token_bytes[t] for t in ids)
 
     def set_threads(self, n: int) -> None:
-        """Run every later pass, one-token and batched, on ``n`` CPU threads.  A small drafter between a large
-        target's passes can be faster on fewer: fewer threads to wake and to synchronise per tiny matmul."""
+        """Run every later pass, one-token and batched, on ``n`` CPU threads (a drafter's auto count: a small
+        model may run faster on fewer, with fewer threads to wake and synchronise per tiny matmul)."""
         if n < 1:
             raise EngineError(f"threads must be at least 1, not {n}")
         llama_cpp.llama_set_n_threads(self._ctx, n, n)
