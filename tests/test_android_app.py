@@ -205,6 +205,34 @@ def test_settings_are_sent_with_the_request(phone, server):
         fake.config["API_KEY"] = None
 
 
+def test_saved_settings_follow_a_new_default_unless_the_user_chose(phone, server):
+    """Phones that saved settings before the default method became hybrid stored every field, the old default
+    ("omnidraft") included: that one was no choice and now follows the default; what the user changed (k = 3)
+    stays.  Settings saved now keep only the user's changes."""
+    url, fake = server
+    old = {"url": "", "apiKey": "", "model": "", "method": "omnidraft", "temperature": 0, "k": 3,
+           "adaptive": True, "maxTokens": 256}
+    phone.goto(url + "/app/")
+    phone.evaluate("s => localStorage.setItem('omnidraft.settings.v1', s)", json.dumps(old))
+    phone.reload()
+    phone.tap("#tab-settings")
+    assert phone.input_value("#set-method") == "hybrid" and phone.input_value("#set-k") == "3"
+    phone.select_option("#set-method", "slem")
+    phone.fill("#set-max", "64")
+    phone.tap("#tab-chat")
+    stored = phone.evaluate("() => [localStorage.getItem('omnidraft.settings.v2'), "
+                            "localStorage.getItem('omnidraft.settings.v1')]")
+    kept = json.loads(stored[0])
+    kept.pop("model", None)  # filled in from the server's /v1/models once connected
+    assert kept == {"method": "slem", "k": 3, "maxTokens": 64} and stored[1] is None
+    if fake is not None:
+        ask(phone, "hello")
+        phone.wait_for_selector(".msg.assistant[aria-busy=false]")
+        body = fake.config["REQUESTS"][-1]["body"]
+        assert body["omnidraft"] == {"method": "slem", "k": 3, "policy": "cost"} and body["max_tokens"] == 64
+    assert not phone.errors
+
+
 def test_learning_view_plots_history(phone, server):
     url, _ = server
     open_app(phone, url)

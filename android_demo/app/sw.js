@@ -1,6 +1,6 @@
 // Offline shell: the app's own files come from the cache (refreshed in the background);
 // API calls always go to the network and are never cached.
-const VERSION = "omnidraft-shell-v4";
+const VERSION = "omnidraft-shell-v5";  // v5: settings store only what the user changed
 const SHELL = [
   "./", "index.html", "app.css", "manifest.webmanifest",
   "js/app.js", "js/api.js", "js/sse.js", "js/chart.js", "js/settings.js", "js/markdown.js",

@@ -1,5 +1,9 @@
 // Settings persisted in localStorage (this device only).
-const KEY = "omnidraft.settings.v1";
+// Only what the user changed is stored, so a new default (the method became "hybrid" on 2026-11-28)
+// reaches everyone who never chose otherwise.
+const KEY = "omnidraft.settings.v2";
+// Until 2026-11-28 every field was stored, defaults included: read once, then replaced by KEY.
+const KEY_V1 = "omnidraft.settings.v1";
 
 export const DEFAULTS = Object.freeze({
   url: "",            // "" = the server this app was loaded from
@@ -12,12 +16,26 @@ export const DEFAULTS = Object.freeze({
   maxTokens: 256,
 });
 
-export function loadSettings() {
-  try { return { ...DEFAULTS, ...JSON.parse(localStorage.getItem(KEY) || "{}") }; }
-  catch { return { ...DEFAULTS }; }
+// The defaults v1 stored: a v1 value equal to its default then was no choice, and follows today's default.
+const DEFAULTS_V1 = Object.freeze({ ...DEFAULTS, method: "omnidraft" });
+
+/** The fields of ``s`` that differ from ``defaults`` (known fields only). */
+function choices(s, defaults) {
+  return Object.fromEntries(Object.entries(s || {}).filter(([k, v]) => k in defaults && v !== defaults[k]));
 }
 
-export function saveSettings(s) { localStorage.setItem(KEY, JSON.stringify(s)); }
+export function loadSettings() {
+  try {
+    const saved = localStorage.getItem(KEY);
+    if (saved !== null) return { ...DEFAULTS, ...choices(JSON.parse(saved), DEFAULTS) };
+    return { ...DEFAULTS, ...choices(JSON.parse(localStorage.getItem(KEY_V1) || "{}"), DEFAULTS_V1) };
+  } catch { return { ...DEFAULTS }; }
+}
+
+export function saveSettings(s) {
+  localStorage.setItem(KEY, JSON.stringify(choices(s, DEFAULTS)));
+  localStorage.removeItem(KEY_V1);
+}
 
 /** The request body's generation part, from the settings. */
 export function requestOptions(s) {
