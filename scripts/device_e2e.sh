@@ -195,6 +195,14 @@ need_models() {  # the models step, unless the parts were joined already (or LOC
   [ -n "${LOCAL:-}" ] || [ -f "$W/cache/models/.joined" ] || models
 }
 
+local_carry() {  # a LOCAL dry run takes the carried files (sources, prompts) from here, as a call brings them
+  [ -z "${LOCAL:-}" ] || { mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"; }
+}
+
+peer_build() {  # plain llama-cpp-python's build: upstream, else the project's where upstream was not made
+  if [ -n "${LOCAL:-}" ] || [ -f "$W/llama-upstream/llama_cpp/__init__.py" ]; then echo upstream; else echo cpu; fi
+}
+
 link_drafter() {  # the bundled drafter travels in the parts: put it where the registry looks (models/)
   [ -n "${LOCAL:-}" ] && return 0
   # by $ROOT, not the working directory.  2026-11-28, on both machines: the build's models step could not find
@@ -226,10 +234,10 @@ summarize() {
 
 cpu() {  # THREADS...: the project's build (Q4_0 pure with every k, Q4_K_M with KS_KM), then the upstream build
   [ $# -gt 0 ] || set -- 16 8 4
-  [ -n "${LOCAL:-}" ] && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
+  local_carry
   need_models
-  local up=upstream
-  [ -n "${LOCAL:-}" ] || [ -f "$W/llama-upstream/llama_cpp/__init__.py" ] || up=cpu
+  local up
+  up=$(peer_build)
   for th in "$@"; do
     bench "cpu$th" cpu --threads "$th" --targets "$PURE" --ks "$KS" --adaptive-k 4
     bench "cpu$th" cpu --threads "$th" --targets "$KM" --ks "$KS_KM" --adaptive-k 4
@@ -253,7 +261,8 @@ gpu() {  # the kernel plan (CUDA rows are bit-identical up to 3: k <= 2), then b
 recheck() {  # a second round (BUILDS="cpu gpu"; gpu alone with RECHECK_THREADS=): divergence, the sweeps again
   need_models
   local g=gpu N=${GPU_N:-4} TOKENS=${GPU_TOKENS:-96} t
-  [ -n "${LOCAL:-}" ] && g=cpu && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
+  [ -n "${LOCAL:-}" ] && g=cpu
+  local_carry
   pyenv "$g"
   link_drafter
   mkdir -p "$W/res/diverge"
@@ -277,7 +286,8 @@ recheck() {  # a second round (BUILDS="cpu gpu"; gpu alone with RECHECK_THREADS=
 resume() {  # issue 28: does the guard's kept verdict carry from one process to the next? (scripts/guard_resume.py)
   need_models
   local g=gpu layers=-1 set
-  [ -n "${LOCAL:-}" ] && g=cpu && layers=0 && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
+  [ -n "${LOCAL:-}" ] && g=cpu && layers=0
+  local_carry
   pyenv "$g"
   link_drafter
   mkdir -p "$W/res/resume"
@@ -292,10 +302,10 @@ resume() {  # issue 28: does the guard's kept verdict carry from one process to 
 
 threads() {  # THREADS... (8 16 4): the drafter on its own, auto-tuned thread count against all of them
   [ $# -gt 0 ] || set -- 8 16 4
-  [ -n "${LOCAL:-}" ] && mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"
+  local_carry
   need_models
-  local up=upstream th
-  [ -n "${LOCAL:-}" ] || [ -f "$W/llama-upstream/llama_cpp/__init__.py" ] || up=cpu
+  local up th
+  up=$(peer_build)
   for th in "$@"; do
     bench "cpu$th-auto" cpu --threads "$th" --targets "$PURE" --ks "${KS_T:-4}" --adaptive-k 4
     bench "cpu$th-all" cpu --threads "$th" --draft-threads "$th" --targets "$PURE" --ks "${KS_T:-4}" --adaptive-k 4

@@ -103,7 +103,6 @@ class BenchContext:
         if same_vocab_draft:
             self.same_pair = session.open_pair(same_vocab_draft, persistent=False)
             drafters["same"] = self.same_pair.draft
-        session.tune_drafter()  # the drafter's threads as generate and serve pick them, before any timing
         # timed on first use, not here: `bench peer` builds a context and never prices anything
         self.costs = CostSampler(session.target, session.max_verify_batch, drafters)
         self._peer: PeerLlama | None = None
@@ -115,8 +114,10 @@ class BenchContext:
         return self.session.compose(cfg.method, pair, seeded_policy(policy, cfg.method, lambda: self.cost_for(cfg)))
 
     def start_costs(self) -> None:
-        """The 5 timing rounds a product takes at start-up; `run` adds 2 before every prompt."""
+        """The drafter's threads (as generate and serve pick them) and the 5 timing rounds a product takes at
+        start-up; `run` adds 2 before every prompt."""
         if not self.costs.samples():
+            self.session.tune_drafter()
             self.costs.sample(5)
 
     def cost_for(self, cfg: Config | None = None) -> CostModel:

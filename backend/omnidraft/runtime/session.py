@@ -182,7 +182,7 @@ class Session:
                 log.info("drafter threads: %d (a drafting step: %s ms by thread count)", n,
                          {c: round(t * 1e3, 2) for c, t in times.items()})
             self.tuned_draft_threads = n
-        draft.set_threads(self.tuned_draft_threads)
+            draft.set_threads(n)  # later drafters (swaps) get it in open_pair
         return self.tuned_draft_threads
 
     def generator(self, method: str | None = None, k: int | None = None, policy: str | None = None) -> Generator:
