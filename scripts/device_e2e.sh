@@ -25,6 +25,9 @@
 #          scripts/device_e2e.sh threads [THREADS...]  the drafter's auto-tuned threads against all (8 16 4)
 #          scripts/device_e2e.sh gpu-hybrid    the default method on the GPU (q4_0_pure targets), then resume
 #          scripts/device_e2e.sh round3        threads 8 16, gpu-hybrid, threads 4 (the third round, 2026-11-28)
+#          scripts/device_e2e.sh seed DIR      no e2e parts: the 1.5B q4_0_pure and the drafter (bundled and
+#                                              q4_0_pure) from DIR (a distill run's /tmp/m) into the cache, for
+#                                              PURE=qwen2.5-coder-1.5b:q4_0_pure runs beside a distill run
 #          scripts/device_e2e.sh bg NAME STEP ARGS...   a step detached (longer than one call); log /tmp/e2e/NAME.log
 #          scripts/device_e2e.sh wait NAME SECONDS [TEXT]   until it ends (or its log holds TEXT); its log's tail,
 #                                              and the results so far into $OUT, as fetch (NOFETCH=1: not)
@@ -35,8 +38,8 @@
 # KS_KM for the Q4_K_M targets on the CPU (2: their fast kernels verify at most 3 rows, so the plan caps every
 # k at 2, and their exact ones cost 2-3 decodes a 4-token pass), DRAFT (the bundled drafter
 # in the speed format, as BENCHMARKS.md's speed table), SETS (the humaneval and chat snapshots), GPU_BATCH (7),
-# GPU_N (4) and GPU_TOKENS (96) for the GPU runs, METHODS (target,hybrid: the default method since 2026-11-28;
-# the first rounds ran target,omnidraft).
+# GPU_N (4) and GPU_TOKENS (96) for the GPU runs, RESUME_N (4: resume's two disjoint rounds of the 8 snapshot
+# prompts), METHODS (target,hybrid: the default method since 2026-11-28; the first rounds ran target,omnidraft).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -153,7 +156,7 @@ build() {  # there: the three builds at once (the CUDA one niced: the CPU builds
     [ $SECONDS -ge $end ] && { say "parts still missing after ${PARTS_WAIT:-900} s"; break; }
     sleep 3
   done
-  models || say "models FAILED"
+  [ -f "$W/cache/models/.seeded" ] || models || say "models FAILED"
   [ $p_up = 0 ] || wait $p_up || say "upstream build failed: plain llama-cpp-python rows come from this build instead"
   [ $p_gpu = 0 ] || wait $p_gpu || say "gpu build failed"
   say "builds done in $((SECONDS - t0)) s"
@@ -191,12 +194,33 @@ for name in sys.argv[1:]:
   say "models ready in $((SECONDS - t0)) s"
 }
 
+seed() {  # DIR: the files a distill run received (device_xfer.sh join models DIR) stand in for the e2e parts
+  local dir=$1 m="$W/cache/models"
+  mkdir -p "$m/derived" "$W/drafter"
+  pyenv cpu
+  # a derived file is served when its stamp names the pinned file it came from (models.derived_source)
+  local pins
+  pins=$(python3 -c 'import sys; sys.path.insert(0, "backend")
+from omnidraft.assets import models as m
+print(m.get_spec(m.QWEN_15B).sha256, m.get_spec(m.SMOLLM2_D8).sha256)')
+  ln -sf "$dir/qwen2.5-coder-1.5b-instruct-q4_0_pure.gguf" "$m/derived/"
+  echo "${pins% *}" > "$m/derived/qwen2.5-coder-1.5b-instruct-q4_0_pure.gguf.from"
+  ln -sf "$dir/smollm2-135m-d8-q4_0_pure.gguf" "$m/derived/"
+  echo "${pins#* }" > "$m/derived/smollm2-135m-d8-q4_0_pure.gguf.from"
+  ln -sf "$dir/$(basename "$DRAFTER_FILE")" "$W/drafter/"
+  ( cd "$m/derived" && grep -E 'qwen2.5-coder-1.5b|smollm2' "$W/carry/derived.sha256" | sha256sum -c ) \
+    || say "seeded files differ from here's derived files"
+  touch "$m/.joined" "$m/.seeded"
+  mkdir -p "$OMNIDRAFT_CACHE/datasets"
+  say "seeded from $dir: $(ls "$m/derived" | tr '\n' ' ')"
+}
+
 need_models() {  # the models step, unless the parts were joined already (or LOCAL: this machine's cache)
   [ -n "${LOCAL:-}" ] || [ -f "$W/cache/models/.joined" ] || models
 }
 
 local_carry() {  # a LOCAL dry run takes the carried files (sources, prompts) from here, as a call brings them
-  [ -z "${LOCAL:-}" ] || { mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"; }
+  [ -z "${LOCAL:-}" ] || [ ! -d "$CARRY" ] || { mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"; }
 }
 
 peer_build() {  # plain llama-cpp-python's build: upstream, else the project's where upstream was not made
@@ -294,7 +318,7 @@ resume() {  # issue 28: does the guard's kept verdict carry from one process to 
   for set in humaneval chat; do
     say "guard resume: $set"
     $PY scripts/guard_resume.py "$Q15:q4_0_pure" "$W/carry/prompts/$set.json" "$W/res/resume/$set.json" \
-      --draft "$DRAFT" --n "${GPU_N:-4}" --tokens "${GPU_TOKENS:-96}" --gpu-layers "$layers" 2>&1 |
+      --draft "$DRAFT" --n "${RESUME_N:-4}" --tokens "${GPU_TOKENS:-96}" --gpu-layers "$layers" 2>&1 |
       tee -a "$W/res/resume/run.log" || say "guard resume FAILED: $set"
   done
   say "resume done"
@@ -341,13 +365,18 @@ case "${1:-}" in
   build) build ;;
   build-one) mkdir -p "$W"; build_one "$2" ;;
   models) models ;;
+  seed) mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/" && seed "$2" ;;
   cpu) shift; cpu "$@" ;;
   gpu) gpu ;;
   all) shift; gpu; cpu "$@"; say "all done" ;;
   bg)
     name=$2; shift 2
-    mkdir -p "$W"
-    setsid nohup bash "$0" "$@" > "$W/$name.log" 2>&1 < /dev/null &
+    mkdir -p "$W/carry"
+    [ -d "$CARRY" ] && cp -r "$CARRY/." "$W/carry/"
+    # from a private copy of the code, as distill_device.sh's bg: every later call lays the work tree down
+    # again, and a module imported (or a file linked) while that happens is lost to the detached step
+    rm -rf "$W/code-$name" && mkdir -p "$W/code-$name" && cp -r backend gguf_tools scripts models "$W/code-$name/"
+    setsid nohup bash "$W/code-$name/scripts/device_e2e.sh" "$@" > "$W/$name.log" 2>&1 < /dev/null &
     echo $! > "$W/$name.pid"
     echo "started $name (pid $(cat "$W/$name.pid")): $*" ;;
   wait)
