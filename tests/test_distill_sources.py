@@ -1,6 +1,8 @@
 """What distillation reads: every language's held-out files and families stay out, and a small `distill data`
 run aligns texts of every source."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -23,21 +25,23 @@ def test_training_files_leave_out_every_heldout_file_and_family():
     assert any(corpora.file_split(f) == "heldout-family" for f in files)
 
 
-def test_javascript_enters_only_when_asked_and_never_a_repository_sets_held_out_file():
+def test_javascript_enters_only_when_asked_and_never_a_repository_sets_file():
     """``PrepConfig.javascript``: JavaScript's training files, without the held-out family, the seeded split or
-    any file whose prompts ``bench.repo_sets`` holds out (npm-cli, undici)."""
+    any file of the repositories ``bench.repo_sets`` draws from (npm-cli, undici), streamed halves included."""
     from omnidraft.bench import repo_sets
 
-    held = ds.repo_heldout_files()
+    held = ds.repo_set_files()
     if not held:
         pytest.skip(f"npm's sources absent ({repo_sets.NPM})")
     js = ds.training_files(javascript=True).get(ds.ADAPTATION_DOMAIN, [])
     names = {f.name for f in js}
     assert js and not held & names
     assert all(corpora.file_split(f) == "train" for f in js)
-    undici = repo_sets.REPOS["undici"]
-    kept = {str(p) for p in repo_sets.repo_files(undici)} - held
-    assert kept & names  # the repository's streamed files are read: only its held-out ones are not
+    undici = {str(p) for p in repo_sets.repo_files(repo_sets.REPOS["undici"])}
+    root = repo_sets.REPOS["undici"].root
+    streamed = {p for p in undici if repo_sets.file_split("undici", Path(p), root) == "train"}
+    assert streamed and not streamed & names  # the streamed half stays out too, not only the held-out one
+    assert js  # and JavaScript from elsewhere on the machine does go in
     assert ds.ADAPTATION_DOMAIN not in ds.training_files()
 
 
