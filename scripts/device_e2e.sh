@@ -135,7 +135,7 @@ build_one() {  # $1 = cpu | upstream | gpu -> $W/llama-$1
 
 build() {  # there: the three builds at once (the CUDA one niced: the CPU builds are wanted first), then models
   mkdir -p "$W/carry" "$W/site"
-  [ -d "$CARRY" ] && cp -r "$CARRY/." "$W/carry/"  # later calls (a retry) need not carry .deve2e again
+  take_carry  # later calls (a retry) need not carry .deve2e again
   for whl in "$W"/carry/whl/*.whl; do  # one by one: a wheel the image's Python refuses costs only itself
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
       "$whl" || say "${whl##*/} did not install: the image's own package is used"
@@ -200,8 +200,7 @@ seed() {  # DIR: the files a distill run received (device_xfer.sh join models DI
   pyenv cpu
   # a derived file is served when its stamp names the pinned file it came from (models.derived_source)
   local pins
-  pins=$(python3 -c 'import sys; sys.path.insert(0, "backend")
-from omnidraft.assets import models as m
+  pins=$($PY -c 'from omnidraft.assets import models as m
 print(m.get_spec(m.QWEN_15B).sha256, m.get_spec(m.SMOLLM2_D8).sha256)')
   ln -sf "$dir/qwen2.5-coder-1.5b-instruct-q4_0_pure.gguf" "$m/derived/"
   echo "${pins% *}" > "$m/derived/qwen2.5-coder-1.5b-instruct-q4_0_pure.gguf.from"
@@ -219,8 +218,13 @@ need_models() {  # the models step, unless the parts were joined already (or LOC
   [ -n "${LOCAL:-}" ] || [ -f "$W/cache/models/.joined" ] || models
 }
 
-local_carry() {  # a LOCAL dry run takes the carried files (sources, prompts) from here, as a call brings them
-  [ -z "${LOCAL:-}" ] || [ ! -d "$CARRY" ] || { mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/"; }
+take_carry() {  # the carried files (sources, prompts, pins) into $W/carry, where the steps read them
+  mkdir -p "$W/carry"
+  [ ! -d "$CARRY" ] || cp -r "$CARRY/." "$W/carry/"
+}
+
+local_carry() {  # a LOCAL dry run takes them from here, as a call brings them
+  [ -z "${LOCAL:-}" ] || take_carry
 }
 
 peer_build() {  # plain llama-cpp-python's build: upstream, else the project's where upstream was not made
@@ -365,14 +369,13 @@ case "${1:-}" in
   build) build ;;
   build-one) mkdir -p "$W"; build_one "$2" ;;
   models) models ;;
-  seed) mkdir -p "$W/carry" && cp -r "$CARRY/." "$W/carry/" && seed "$2" ;;
+  seed) take_carry; seed "$2" ;;
   cpu) shift; cpu "$@" ;;
   gpu) gpu ;;
   all) shift; gpu; cpu "$@"; say "all done" ;;
   bg)
     name=$2; shift 2
-    mkdir -p "$W/carry"
-    [ -d "$CARRY" ] && cp -r "$CARRY/." "$W/carry/"
+    take_carry
     # from a private copy of the code, as distill_device.sh's bg: every later call lays the work tree down
     # again, and a module imported (or a file linked) while that happens is lost to the detached step
     rm -rf "$W/code-$name" && mkdir -p "$W/code-$name" && cp -r backend gguf_tools scripts models "$W/code-$name/"

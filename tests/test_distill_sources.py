@@ -40,8 +40,7 @@ def test_javascript_enters_only_when_asked_and_never_a_repository_sets_file():
     undici = {str(p) for p in repo_sets.repo_files(repo_sets.REPOS["undici"])}
     root = repo_sets.REPOS["undici"].root
     streamed = {p for p in undici if repo_sets.file_split("undici", Path(p), root) == "train"}
-    assert streamed and not streamed & names  # the streamed half stays out too, not only the held-out one
-    assert js  # and JavaScript from elsewhere on the machine does go in
+    assert streamed and streamed <= held  # the streamed half stays out too, not only the held-out one
     assert ds.ADAPTATION_DOMAIN not in ds.training_files()
 
 
