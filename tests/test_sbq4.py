@@ -127,6 +127,8 @@ def test_patch_applies_to_the_pinned_sources(tmp_path):
     assert (ggml_cpu / "sbq4.cpp").is_file() and (ggml_cpu / "sbq4.h").is_file()
     assert "ggml_sbq4_mul_mat" in (ggml_cpu / "repack.cpp").read_text()
     assert "ggml-cpu/sbq4.cpp" in (ggml_cpu / "CMakeLists.txt").read_text()
+    assert (ggml_cpu / "sbk.cpp").is_file() and "ggml-cpu/sbk.cpp" in (ggml_cpu / "CMakeLists.txt").read_text()
+    assert "ggml_sbk_mul_mat" in (ggml_cpu / "ggml-cpu.c").read_text()
 
 
 def test_build_probe_checks_the_kernel(monkeypatch):

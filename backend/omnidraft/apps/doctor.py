@@ -64,6 +64,7 @@ def build_section() -> tuple[list[str], list[str]]:
             return lines, [f"build uses instructions this CPU lacks: {', '.join(over)}"]
     lines.append("llamafile kernels: " + ("ON (breaks exactness)" if feats.get("llamafile") else "off (needed)"))
     lines.append("small-batch Q4_0 kernel: " + _sbq4_line())
+    lines.append("small-batch K-quant kernel: " + _sbk_line())
     return lines, llama_build.problems()
 
 
@@ -78,6 +79,16 @@ def _sbq4_line() -> str:
                 "ggml's kernels" if llama_build.is_x86() else "not in this build (x86 only); ggml's ARM kernels run")
     state = "on" if llama_build.sbq4_active() else "off for this process (OMNIDRAFT_SBQ4=0)"
     return f"{_SBQ4_NAMES.get(variant, variant)}, {state}: fast-mode Q4_0 batches of 1-8 rows, bit-identical to decoding"
+
+
+def _sbk_line() -> str:
+    variant = llama_build.sbk_variant()
+    if variant is None:
+        return ("not in this build; Q4_K_M / Q8_0 batches use ggml's kernels (2-3x a decode for 4 rows on AVX2)"
+                if llama_build.is_x86() else "not in this build (x86 only); ggml's ARM kernels run")
+    state = "on" if llama_build.sbk_active() else "off for this process (OMNIDRAFT_SBQ4=0)"
+    return (f"{_SBQ4_NAMES.get(variant, variant)}, {state}: exact-mode Q4_K / Q6_K / Q5_0 / Q8_0 batches of 1-8 "
+            "rows (Q4_K_M files as downloaded), bit-identical to decoding")
 
 
 def _cxx_runtime() -> str:

@@ -3,13 +3,15 @@
     omnidraft bench passes --targets qwen2.5-coder-1.5b:q4_0_pure --threads-list 1,2
     omnidraft bench passes --upstream /path/to/site-packages   # also plain llama-cpp-python's build
 
-Each kernel runs in its own child process (the same GGUF, the fast engine mode: repacked weights):
+Each kernel runs in its own child process (the same GGUF, the engine mode ``--mode`` names: ``fast``,
+repacked weights, where pure Q4_0 files run; ``exact``, plain weights, where Q4_K_M / Q8_0 files run):
 
-* ``sbq4``: this build with omnidraft's small-batch Q4_0 kernel;
+* ``sbq4``: this build with omnidraft's small-batch kernels (Q4_0 repacked; Q4_K/Q6_K/Q5_0/Q8_0 plain);
 * ``ggml``: this build with ``OMNIDRAFT_SBQ4=0``: ggml's own repacked kernels, i.e. the project's build
   without the patch;
 * ``upstream``: ``--upstream DIR``, a llama-cpp-python installed as a user would (``pip install
-  llama-cpp-python``: -march=native, llamafile kernels on), put first on the child's ``PYTHONPATH``.
+  llama-cpp-python``: -march=native, llamafile kernels on), put first on the child's ``PYTHONPATH``;
+  always in the fast mode (repacked weights), what plain llama-cpp-python runs.
 
 Rounds alternate the kernels so that drift in the machine's speed lands on all of them; the figure per n
 is the median over rounds.  Each child also reports how many batch rows are bit-identical to one-token
@@ -36,12 +38,12 @@ log = logging.getLogger(__name__)
 MAX_N = 8
 
 
-def child(path: str, threads: int, rounds: int, fidelity: bool) -> dict:
-    """In this process: T(1..MAX_N) of the fast mode (seconds, every sample) and its fidelity."""
+def child(path: str, threads: int, rounds: int, fidelity: bool, mode: str = "fast") -> dict:
+    """In this process: T(1..MAX_N) of one engine mode (seconds, every sample) and its fidelity."""
     from omnidraft.llama import costmodel, invariance, build as llama_build
     from omnidraft.llama.engine import Engine, EngineConfig
 
-    with Engine(path, EngineConfig(n_ctx=1024, n_threads=threads, batch_invariant=False)) as e:
+    with Engine(path, EngineConfig(n_ctx=1024, n_threads=threads, batch_invariant=(mode == "exact"))) as e:
         fid = invariance.measure(e, MAX_N, timing=False) if fidelity else None
         times = costmodel.sample_passes(e, range(1, MAX_N + 1), rounds)
     return {"times": {str(n): v for n, v in times.items()}, "sbq4": llama_build.sbq4_active(),
@@ -60,22 +62,25 @@ def _env(kernel: str, upstream: str | None) -> dict:
     return env
 
 
-def _run_child(path: Path, threads: int, kernel: str, upstream: str | None, rounds: int, fidelity: bool) -> dict:
+def _run_child(path: Path, threads: int, kernel: str, upstream: str | None, rounds: int, fidelity: bool,
+               mode: str) -> dict:
     cmd = [sys.executable, "-m", "omnidraft.bench.passes", "--child", str(path), "--threads-list", str(threads),
-           "--rounds", str(rounds)] + (["--fidelity"] if fidelity else [])
+           "--rounds", str(rounds), "--mode", "fast" if kernel == "upstream" else mode] + \
+          (["--fidelity"] if fidelity else [])
     proc = subprocess.run(cmd, env=_env(kernel, upstream), capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{kernel} child failed on {path.name}: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(path: Path, threads: int, kernels: list[str], upstream: str | None, rounds: int) -> dict:
+def measure(path: Path, threads: int, kernels: list[str], upstream: str | None, rounds: int,
+            mode: str = "fast") -> dict:
     """Per kernel: median T(n) in ms over ``rounds`` alternating child runs, and the fidelity seen."""
     samples: dict[str, dict[int, list[float]]] = {k: {n: [] for n in range(1, MAX_N + 1)} for k in kernels}
     info: dict[str, dict] = {}
     for r in range(rounds):
         for kernel in kernels if r % 2 == 0 else kernels[::-1]:
-            out = _run_child(path, threads, kernel, upstream, rounds=3, fidelity=(r == 0))
+            out = _run_child(path, threads, kernel, upstream, rounds=3, fidelity=(r == 0), mode=mode)
             for n, v in out["times"].items():
                 samples[kernel][int(n)] += v
             if r == 0:
@@ -137,6 +142,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="directory holding a plain llama-cpp-python install (pip install --target DIR); "
                         "adds the 'upstream' kernels")
     p.add_argument("--rounds", type=int, default=3, help="child runs per kernel (alternating)")
+    p.add_argument("--mode", choices=("fast", "exact"), default="fast",
+                   help="engine mode of this build's kernels: fast (repacked; pure Q4_0 files) or exact (plain "
+                        "weights; Q4_K_M, Q8_0 files); upstream always runs fast, as plain llama-cpp-python does")
     p.add_argument("--out", default="results", help="directory for the JSON and markdown")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--fidelity", action="store_true", help=argparse.SUPPRESS)
@@ -147,7 +155,7 @@ def cmd_passes(args) -> int:
     if args.child:
         from omnidraft.llama import log as llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
 
-        print(json.dumps(child(args.child, threads_list[0], args.rounds, args.fidelity)))
+        print(json.dumps(child(args.child, threads_list[0], args.rounds, args.fidelity, args.mode)))
         return 0
     from omnidraft.assets import models
     from . import report, roofline
@@ -156,7 +164,7 @@ def cmd_passes(args) -> int:
     if args.upstream and "upstream" not in kernels:
         kernels.append("upstream")
     command = (f"omnidraft bench passes --targets {args.targets} --threads-list {args.threads_list} "
-               f"--kernels {','.join(kernels)} --rounds {args.rounds}" + (" --upstream DIR" if args.upstream else ""))
+               f"--kernels {','.join(kernels)} --rounds {args.rounds} --mode {args.mode}" + (" --upstream DIR" if args.upstream else ""))
     data = {"command": command, "machine": report.machine(), "runs": []}
     md = [f"# Target pass cost T(n), {time.strftime('%Y-%m-%d %H:%M')}", "", f"Command: `{command}`", "",
           f"Machine: {data['machine']['cpu']}, {data['machine']['cores']} cores", ""]
@@ -164,7 +172,7 @@ def cmd_passes(args) -> int:
         path = models.resolve(target)
         nbytes, params = roofline.model_weights(path)
         for threads in threads_list:
-            res = measure(path, threads, kernels, args.upstream, args.rounds)
+            res = measure(path, threads, kernels, args.upstream, args.rounds, args.mode)
             ceiling = roofline.measure([threads])[threads]  # right after the timings: the machine drifts
             floor = [ceiling.floor_ms(nbytes, params, n) for n in range(1, MAX_N + 1)]
             data["runs"].append({"target": target, "file": path.name, "weight_bytes": nbytes, "weights": params,

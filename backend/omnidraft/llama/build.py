@@ -13,11 +13,13 @@ Two rules, both checked here:
   probe (an ISA the CPU advertises but the OS does not enable), setup rebuilds at the ``safe`` tier
   (x86-64-v3: AVX2/FMA/F16C) and then ``baseline`` (SSE4.2).
 
-On x86 the build also carries omnidraft's small-batch Q4_0 kernel (``llama_patch/``: ``sbq4.cpp`` and a
-20-line hook into ggml's repacked-weight path): 1..8 rows of a Q4_0 product in one pass over the weights,
-each row bit-identical to one-row decoding.  ``source`` prepares the patched sources; setup builds them
-first and, if the build probe fails, builds the upstream sources instead.  ``OMNIDRAFT_SBQ4=0`` turns it
-off: at setup it builds the upstream sources, at run time it sends products back to ggml's own kernels.
+On x86 the build also carries omnidraft's small-batch kernels (``patch/``): ``sbq4.cpp`` for ggml's
+repacked Q4_0 weights (the fast mode) and ``sbk.cpp`` for plain Q4_K, Q6_K and Q8_0 weights (the exact
+mode, so Q4_K_M files as users download them), each called from a small hook.  Both take products of
+1..8 rows in one pass over the weights, each row bit-identical to one-row decoding.  ``source`` prepares
+the patched sources; setup builds them first and, if the build probe fails, builds the upstream sources
+instead.  ``OMNIDRAFT_SBQ4=0`` turns both off: at setup it builds the upstream sources, at run time it
+sends products back to ggml's own kernels.
 
 Run as a plain script by scripts/setup.sh and android_demo/termux/setup.sh, before omnidraft itself is
 installed, so: standard library (plus llama_cpp for ``check``) only.
@@ -47,6 +49,9 @@ PATCH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "patch")
 GGML_CPU = os.path.join("vendor", "llama.cpp", "ggml", "src", "ggml-cpu")
 TIERS = ("native", "safe", "baseline")
 COMMON = ["-DLLAVA_BUILD=OFF", "-DGGML_LLAMAFILE=OFF"]
+# The patch: the kernels' own files, copied into ggml-cpu/, and the hooks that call them, in this order.
+KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h")
+HOOKS = ("sbq4-hook.patch", "sbk-hook.patch")
 
 # ggml option -> the /proc/cpuinfo flags it needs (all of them)
 _X86_OPTIONS = {
@@ -167,6 +172,19 @@ def sbq4_variant() -> int | None:
     return int(fn()) if fn is not None else None
 
 
+def sbk_variant() -> int | None:
+    """The small-batch Q4_K/Q6_K/Q8_0 kernel the installed build carries (same numbering as
+    ``sbq4_variant``); None for a build without it."""
+    lib = _cpu_lib()
+    fn = getattr(lib, "ggml_cpu_sbk_variant", None) if lib is not None else None
+    return int(fn()) if fn is not None else None
+
+
+def sbk_active() -> int:
+    """The variant plain Q4_K/Q6_K/Q8_0 products (the exact mode's) run through now (0: ggml's own)."""
+    return 0 if _sbq4_off() else sbk_variant() or 0
+
+
 def _sbq4_off() -> bool:
     """``OMNIDRAFT_SBQ4=0``: the same test sbq4.cpp makes at every product."""
     return os.environ.get("OMNIDRAFT_SBQ4", "") == "0"
@@ -224,9 +242,10 @@ def extract(sdist: str, dest: str) -> str:
 
 def patch_tree(tree: str) -> None:
     """Put the kernel into an extracted source tree: its two files, then the hook."""
-    for name in ("sbq4.cpp", "sbq4.h"):
+    for name in KERNEL_FILES:
         shutil.copy(os.path.join(PATCH_DIR, name), os.path.join(tree, GGML_CPU, name))
-    _apply(os.path.join(PATCH_DIR, "sbq4-hook.patch"), tree)
+    for name in HOOKS:
+        _apply(os.path.join(PATCH_DIR, name), tree)
 
 
 def prepare_source(dest: str) -> str:
@@ -243,8 +262,8 @@ def main(argv: list[str]) -> int:
     cmd = argv[0] if argv else "check"
     if cmd == "check":  # setup's question: is a (re)build needed?
         why = problems()
-        if not why and sbq4_wanted() and sbq4_variant() is None:
-            why = ["built without omnidraft's small-batch Q4_0 kernel"]
+        if not why and sbq4_wanted() and (sbq4_variant() is None or sbk_variant() is None):
+            why = ["built without omnidraft's small-batch kernels"]
         for line in why:
             print(f"llama.cpp build: {line}", file=sys.stderr)
         return 0 if not why else 1

@@ -1,0 +1,380 @@
+// sbk: omnidraft's small-batch products for Q4_K, Q6_K, Q8_0 and Q5_0 weights (ggml's CPU backend, x86).
+//
+// Why.  Q4_K_M files (what users download) hold Q4_K and Q6_K matrices; ggml multiplies them by 1..7
+// rows with one vec_dot per (weight row, activation row), unpacking every weight block again for every
+// row, and from 8 rows with its tiled kernels.  On an AVX2 CPU the decode is bound by those unpacking
+// instructions, not by memory, so a 4-row verification pass of Qwen2.5-1.5B cost 3.2 decodes and
+// speculation could not pay.  A pass over n <= 8 rows reads the same weights as a decode; only the
+// multiply-adds grow.  So this routine unpacks each weight block once (nibbles, high bits, 6-bit
+// scales) and feeds all n activation rows from registers.
+//
+// Exactness.  Every output element gets the same instruction sequence whatever n is and whichever
+// thread computes it: one accumulator per activation row, blocks in order, integer sums (exact)
+// before one float multiply-add per block.  The activations are quantized by ggml, row by row, as for
+// any product.  Rows of a batched pass are therefore bit-identical to one-row decoding by
+// construction; decoding (n = 1) goes through here too, for that reason.  The result differs from
+// ggml's vec_dot only in float summation order.
+//
+// Layouts (ggml-common.h).  Q4_K: 256 values, fp16 d and dmin, 12 bytes of 6-bit scales and mins for
+// 8 sub-blocks of 32, 128 bytes of nibbles (bytes 32p..32p+31 hold sub-block 2p in the low nibbles and
+// 2p+1 in the high ones); value = d*scale*q - dmin*min.  Q6_K: 256 values in two halves of 128; low
+// nibbles in ql, two high bits in qh, int8 scales for 16 groups of 16, fp16 d; value = d*scale*(q-32).
+// Q8_0: 32 int8 and an fp16 scale; Q5_0 (in small models' Q4_K_M files, whose rows are not a multiple of
+// 256): 32 five-bit values.  Activations: Q8_K (float d, 256 int8, sums of each 16) for the
+// K-quants, Q8_0 for Q8_0 and Q5_0.  The K-quants' offsets (Q4_K's mins, Q6_K's -32) are applied through the
+// activations' block sums, once per block, instead of per value.
+#include "sbk.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define SBK_VARIANT 3
+#elif defined(__AVXVNNI__)
+#define SBK_VARIANT 2
+#else
+#define SBK_VARIANT 1
+#endif
+#else
+#define SBK_VARIANT 0
+#endif
+
+extern "C" int ggml_cpu_sbk_variant(void) { return SBK_VARIANT; }
+
+#if SBK_VARIANT > 0
+
+namespace {
+
+constexpr int QK_K = 256;
+constexpr int Q4K_BYTES = 144;  // d, dmin (fp16), scales[12], qs[128]
+constexpr int Q6K_BYTES = 210;  // ql[128], qh[64], scales[16], d (fp16)
+constexpr int Q8K_BYTES = 292;  // d (float), qs[256], bsums[16] (int16)
+constexpr int Q80_BYTES = 34;   // d (fp16), qs[32]
+constexpr int Q50_BYTES = 22;   // d (fp16), qh[4], qs[16]
+constexpr int PREFETCH = 1024;  // bytes ahead of the weight stream: about 4-7 K-quant blocks
+
+inline float fp16(const uint8_t * p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+inline float f32(const uint8_t * p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+// Every loop over activation rows, sub-blocks or halves is unrolled: the per-row integer sums and float
+// accumulators then live in registers (not unrolled, GCC kept them on the stack from 3 rows up and a pass
+// over 3 rows cost 2.2 of one).
+#define SBK_UNROLL _Pragma("GCC unroll 8")
+
+inline __m256i load(const void * p) { return _mm256_loadu_si256((const __m256i *) p); }
+
+// acc + a0*b0 + a1*b1 per int32 lane (int16 pairs); VNNI fuses the multiply and the add, which gives
+// the same integer (both wrap modulo 2^32, and the values here stay far from it).
+inline __m256i dot_i16(__m256i acc, __m256i a, __m256i b) {
+#if SBK_VARIANT == 3
+    return _mm256_dpwssd_epi32(acc, a, b);
+#elif SBK_VARIANT == 2
+    return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
+// acc + sum of four u8*s8 products per int32 lane (u <= 128, |s| <= 127: no 16-bit saturation).
+inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
+#if SBK_VARIANT == 3
+    return _mm256_dpbusd_epi32(acc, u, s);
+#elif SBK_VARIANT == 2
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// Shuffle controls that spread int16 lane s of each 128-bit half over the whole half.
+inline __m256i lane16(int lo, int hi) {
+    const __m128i a = _mm_set1_epi16((short) (0x0100 + 0x0202 * lo));
+    const __m128i b = _mm_set1_epi16((short) (0x0100 + 0x0202 * hi));
+    return _mm256_set_m128i(b, a);
+}
+
+// ---------------------------------------------------------------- Q4_K x Q8_K
+// The 8 scales (low half) and 8 mins (high half) of a block as int16, as ggml's reference unpacks them.
+inline __m256i q4k_scales_mins(const uint8_t * sc) {
+    uint32_t u[4];
+    memcpy(u, sc, 12);
+    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+    const uint32_t aux = u[1] & m1;
+    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+    u[2] = aux;
+    u[0] &= m1;
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int) u[3], (int) u[2], (int) u[1], (int) u[0]));
+}
+
+template <int N>
+void q4k_row(const uint8_t * x, int64_t nsb, const uint8_t * act, size_t act_stride, float * out, size_t stride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[N];
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < nsb; i++, x += Q4K_BYTES) {
+        _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *) x + PREFETCH + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *) x + PREFETCH + 128, _MM_HINT_T0);
+        const __m256i sm = q4k_scales_mins(x + 4);
+        const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);  // the 8 scales in both halves
+        const __m128i mins = _mm256_extracti128_si256(sm, 1);
+        const uint8_t * y0 = act + i * Q8K_BYTES;
+        __m256i sumi[N];
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            sumi[j] = _mm256_setzero_si256();
+        }
+        SBK_UNROLL
+        for (int p = 0; p < 4; p++) {
+            const __m256i bits = load(x + 16 + 32 * p);
+            const __m256i wl = _mm256_and_si256(bits, m4);
+            const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i sl = _mm256_shuffle_epi8(scales, lane16(2 * p, 2 * p));
+            const __m256i sh = _mm256_shuffle_epi8(scales, lane16(2 * p + 1, 2 * p + 1));
+            SBK_UNROLL
+            for (int j = 0; j < N; j++) {
+                const uint8_t * q = y0 + j * act_stride + 4 + 64 * p;
+                sumi[j] = dot_i16(sumi[j], sl, _mm256_maddubs_epi16(wl, load(q)));
+                sumi[j] = dot_i16(sumi[j], sh, _mm256_maddubs_epi16(wh, load(q + 32)));
+            }
+        }
+        const float d = fp16(x), dmin = fp16(x + 2);
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            const uint8_t * y = y0 + j * act_stride;
+            const __m256i bsums = load(y + 4 + QK_K);
+            // sums of each 32 activations (pairs of 16), times the 8 mins: 4 int32 in the low half
+            const __m128i sub = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
+            const __m256i pm = _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_madd_epi16(mins, sub), 0);
+            const float yd = f32(y);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(-dmin * yd), _mm256_cvtepi32_ps(pm), acc[j]);
+        }
+    }
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        out[j * stride] = hsum(acc[j]);
+    }
+}
+
+// ---------------------------------------------------------------- Q6_K x Q8_K
+template <int N>
+void q6k_row(const uint8_t * x, int64_t nsb, const uint8_t * act, size_t act_stride, float * out, size_t stride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[N];
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < nsb; i++, x += Q6K_BYTES) {
+        _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *) x + PREFETCH + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *) x + PREFETCH + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *) x + PREFETCH + 192, _MM_HINT_T0);
+        const uint8_t * ql = x, * qh = x + 128;
+        const int8_t * sc = (const int8_t *) (x + 192);
+        const uint8_t * y0 = act + i * Q8K_BYTES;
+        __m256i sumi[N];
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            sumi[j] = _mm256_setzero_si256();
+        }
+        SBK_UNROLL
+        for (int c = 0; c < 2; c++) {  // two halves of 128 values
+            const __m256i l0 = load(ql + 64 * c), l1 = load(ql + 64 * c + 32), h = load(qh + 32 * c);
+            const __m256i q[4] = {  // values 0..63: low nibble | two high bits << 4
+                _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30)),
+                _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi16(h, 2), m30)),
+            };
+            // the half's 8 scales as int16 in both 128-bit halves; vector k takes groups 2k and 2k+1
+            const __m128i s8 = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *) (sc + 8 * c)));
+            const __m256i s16 = _mm256_set_m128i(s8, s8);
+            SBK_UNROLL
+            for (int k = 0; k < 4; k++) {
+                const __m256i s = _mm256_shuffle_epi8(s16, lane16(2 * k, 2 * k + 1));
+                SBK_UNROLL
+                for (int j = 0; j < N; j++) {
+                    const uint8_t * qy = y0 + j * act_stride + 4 + 128 * c + 32 * k;
+                    sumi[j] = dot_i16(sumi[j], s, _mm256_maddubs_epi16(q[k], load(qy)));
+                }
+            }
+        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) sc));
+        const float d = fp16(x + 208);
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            const uint8_t * y = y0 + j * act_stride;
+            // the -32 offset: 32 * sum over the 16 groups of scale * (sum of its activations)
+            const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load(y + 4 + QK_K)), 5);
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * f32(y)), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[j], off)),
+                                     acc[j]);
+        }
+    }
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        out[j * stride] = hsum(acc[j]);
+    }
+}
+
+// ---------------------------------------------------------------- Q8_0 and Q5_0 x Q8_0
+// A block's 32 weights as signed bytes.  Q8_0: as stored.  Q5_0: the low nibbles are values 0..15, the
+// high nibbles 16..31, and bit i of qh is value i's fifth bit; the value is (nibble | bit << 4) - 16,
+// which is the nibble with 0xF0 or-ed in where the bit is clear.
+struct q80_block {
+    static constexpr int BYTES = Q80_BYTES;
+    static __m256i weights(const uint8_t * x) { return load(x + 2); }
+};
+
+struct q50_block {
+    static constexpr int BYTES = Q50_BYTES;
+    static __m256i weights(const uint8_t * x) {
+        const __m128i qs = _mm_loadu_si128((const __m128i *) (x + 6));
+        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0F));
+        uint32_t qh;
+        memcpy(&qh, x + 2, 4);
+        // byte i gets qh's byte i/8, then its bit i%8 tested: 0xFF where the fifth bit is set
+        const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int) qh),
+            _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
+        const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        return _mm256_or_si256(nib, _mm256_andnot_si256(set, _mm256_set1_epi8((char) 0xF0)));
+    }
+};
+
+template <class B, int N>
+void q8act_row(const uint8_t * x, int64_t nb, const uint8_t * act, size_t act_stride, float * out, size_t stride) {
+    __m256 acc[N];
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++, x += B::BYTES) {
+        _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
+        const __m256i w = B::weights(x);
+        const __m256i aw = _mm256_sign_epi8(w, w);  // |w| as unsigned bytes (-128 -> 128)
+        const float d = fp16(x);
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            const uint8_t * y = act + j * act_stride + b * Q80_BYTES;
+            const __m256i s = dot_u8s8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(load(y + 2), w));
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * fp16(y)), _mm256_cvtepi32_ps(s), acc[j]);
+        }
+    }
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        out[j * stride] = hsum(acc[j]);
+    }
+}
+
+using row_fn = void (*)(const uint8_t *, int64_t, const uint8_t *, size_t, float *, size_t);
+
+#define SBK_TABLE(fn) \
+    {nullptr, fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>}
+constexpr row_fn Q4K[SBK_MAX_ROWS + 1] = SBK_TABLE(q4k_row);
+constexpr row_fn Q6K[SBK_MAX_ROWS + 1] = SBK_TABLE(q6k_row);
+template <int N> void q80_row(const uint8_t * x, int64_t nb, const uint8_t * a, size_t as, float * o, size_t s) {
+    q8act_row<q80_block, N>(x, nb, a, as, o, s);
+}
+template <int N> void q50_row(const uint8_t * x, int64_t nb, const uint8_t * a, size_t as, float * o, size_t s) {
+    q8act_row<q50_block, N>(x, nb, a, as, o, s);
+}
+constexpr row_fn Q80[SBK_MAX_ROWS + 1] = SBK_TABLE(q80_row);
+constexpr row_fn Q50[SBK_MAX_ROWS + 1] = SBK_TABLE(q50_row);
+
+}  // namespace
+
+extern "C" int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
+                        const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride) {
+    if (n < 1 || n > SBK_MAX_ROWS) {
+        return 0;
+    }
+    row_fn fn;
+    int64_t nblocks;
+    switch (type) {
+        case SBK_TYPE_Q4_K: fn = Q4K[n]; nblocks = k / QK_K; break;
+        case SBK_TYPE_Q6_K: fn = Q6K[n]; nblocks = k / QK_K; break;
+        case SBK_TYPE_Q8_0: fn = Q80[n]; nblocks = k / 32; break;
+        case SBK_TYPE_Q5_0: fn = Q50[n]; nblocks = k / 32; break;
+        default: return 0;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        fn((const uint8_t *) w + r * w_row_bytes, nblocks, (const uint8_t *) act, act_row_bytes, dst + r, dst_stride);
+    }
+    return 1;
+}
+
+#else  // SBK_VARIANT == 0: nothing to offer; ggml's own kernels run
+
+extern "C" int sbk_gemm(int, int64_t, const void *, size_t, int64_t, int64_t, const void *, size_t, int, float *,
+                        size_t) {
+    return 0;
+}
+
+#endif
+
+#ifndef SBK_STANDALONE
+// ---------------------------------------------------------------- the ggml side
+#include "ggml.h"
+#include "ggml-cpu-impl.h"
+
+static_assert(SBK_TYPE_Q5_0 == GGML_TYPE_Q5_0 && SBK_TYPE_Q8_0 == GGML_TYPE_Q8_0 && SBK_TYPE_Q4_K == GGML_TYPE_Q4_K && SBK_TYPE_Q6_K == GGML_TYPE_Q6_K,
+              "ggml's type numbers moved");
+
+static bool sbk_type(enum ggml_type t) {
+    return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q5_0;
+}
+
+extern "C" int ggml_sbk_takes(const ggml_tensor * op) {
+    const ggml_tensor * w = op->src[0];
+    const ggml_tensor * x = op->src[1];
+    if (SBK_VARIANT == 0 || op->op != GGML_OP_MUL_MAT || !sbk_type(w->type) || w->ne[2] != 1 || w->ne[3] != 1 ||
+        w->nb[1] != ggml_row_size(w->type, w->ne[0]) || x->type != GGML_TYPE_F32 || x->ne[1] < 1 ||
+        x->ne[1] > SBK_MAX_ROWS || x->ne[2] != 1 || x->ne[3] != 1 || op->type != GGML_TYPE_F32 ||
+        op->nb[0] != sizeof(float)) {
+        return 0;
+    }
+    const char * env = getenv("OMNIDRAFT_SBQ4");
+    return !(env != NULL && strcmp(env, "0") == 0);
+}
+
+extern "C" void ggml_sbk_mul_mat(const ggml_compute_params * params, ggml_tensor * op, const void * wdata,
+                                 size_t row_size) {
+    const ggml_tensor * w = op->src[0];
+    const int64_t nrows = w->ne[1];
+    const int nth = params->nth;
+    // rows in 4 chunks per thread, taken as threads come free (ggml's counter starts at nth); which
+    // thread computes a row never changes its value
+    const int64_t nchunks = std::min<int64_t>(nrows, 4 * nth);
+    for (int64_t c = params->ith; c < nchunks; c = ggml_threadpool_chunk_add(params->threadpool, 1)) {
+        sbk_gemm(w->type, w->ne[0], w->data, w->nb[1], nrows * c / nchunks, nrows * (c + 1) / nchunks, wdata,
+                 row_size, (int) op->src[1]->ne[1], (float *) op->data, op->nb[1] / sizeof(float));
+    }
+}
+#endif  // SBK_STANDALONE

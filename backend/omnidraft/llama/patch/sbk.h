@@ -1,0 +1,54 @@
+// sbk: omnidraft's small-batch products for the weight formats users download: Q4_K and Q6_K (Q4_K_M
+// files), Q5_0 and Q8_0 (which small models' Q4_K_M files add), and Q8_0 files; in ggml's plain layout
+// (no repacking), x86 AVX2 and up.
+//
+// One routine multiplies a weight matrix by 1..8 activation rows that ggml has already quantized
+// (Q8_K for the K-quants, Q8_0 for Q8_0 and Q5_0), unpacking each weight block once and feeding every row from
+// registers.  Decoding (1 row) and verifying drafts (2..8 rows) run the same instructions per output,
+// so batched rows are bit-identical to one-row decoding.  See sbk.cpp for the why and the layouts.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SBK_MAX_ROWS 8
+
+// The weight formats this routine takes (ggml_type values, repeated so that sbk.cpp compiles alone).
+#define SBK_TYPE_Q5_0 6
+#define SBK_TYPE_Q8_0 8
+#define SBK_TYPE_Q4_K 12
+#define SBK_TYPE_Q6_K 14
+
+// Which variant was compiled in: 0 none (not x86 or no AVX2), 1 AVX2, 2 AVX-VNNI (256-bit),
+// 3 AVX-512 VNNI.  Exported so that tools can tell a patched build from an upstream one.
+int ggml_cpu_sbk_variant(void);
+
+// dst[j*dst_stride + r] = dot(weight row r, activation row j) for r in [r0, r1), j in [0, n):
+// weight row r starts at w + r*w_row_bytes, activation row j at act + j*act_row_bytes (ggml's
+// vec_dot_type blocks: block_q8_K for Q4_K/Q6_K, block_q8_0 for Q8_0/Q5_0); k values per row.
+// Returns 0 for a type it does not take.
+int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
+             const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride);
+
+// ---- the hook in ggml-cpu.c (ggml builds only)
+struct ggml_tensor;
+struct ggml_compute_params;
+
+// Whether op (a MUL_MAT over plain Q4_K/Q6_K/Q8_0/Q5_0 weights) is a small batch this routine takes: at
+// most SBK_MAX_ROWS contiguous f32 activation rows, a compiled-in variant, and OMNIDRAFT_SBQ4 not "0"
+// (read at every call, so one process can compare both paths).
+int ggml_sbk_takes(const struct ggml_tensor * op);
+
+// Compute op on every thread of the pool from the activations ggml quantized into wdata (row_size
+// bytes a row), after ggml's barrier: rows of weights handed out in chunks (ggml's chunk counter
+// already stands at nth).
+void ggml_sbk_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * op,
+                      const void * wdata, size_t row_size);
+
+#ifdef __cplusplus
+}
+#endif

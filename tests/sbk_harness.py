@@ -1,0 +1,193 @@
+"""The small-batch K-quant/Q8_0 kernel (backend/omnidraft/llama/patch/sbk.cpp) compiled on its own.
+
+Builds sbk.cpp with ``-DSBK_STANDALONE`` for one x86 tier into a shared library, and writes weight and
+activation blocks in ggml's byte layouts from numpy, with a float64 reference written from ggml's
+scalar dequantizers (ggml-quants.c), so that the kernel can be checked without llama.cpp: every batch of
+1..8 rows bit-identical to one row, and within float tolerance of the reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+SOURCE = Path(__file__).resolve().parents[1] / "backend" / "omnidraft" / "llama" / "patch" / "sbk.cpp"
+Q5_0, Q8_0, Q4_K, Q6_K = 6, 8, 12, 14
+QK_K = 256
+
+# tier -> (compiler flags, the /proc/cpuinfo flags a CPU needs to run it, variant the build reports)
+TIERS = {
+    "avx2": (["-mavx2", "-mfma", "-mf16c"], {"avx2", "fma", "f16c"}, 1),
+    "avx-vnni": (["-mavx2", "-mfma", "-mf16c", "-mavxvnni"], {"avx2", "fma", "f16c", "avx_vnni"}, 2),
+    "avx512-vnni": (["-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"],
+                    {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}, 3),
+}
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def build(tier: str, out_dir: Path) -> ctypes.CDLL:
+    """sbk.cpp as a shared library for one tier (g++ or c++ from PATH)."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise RuntimeError("no C++ compiler on PATH")
+    lib = out_dir / f"sbk_{tier}.so"
+    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-DSBK_STANDALONE", *TIERS[tier][0],
+                    str(SOURCE), "-o", str(lib)], check=True, capture_output=True)
+    dll = ctypes.CDLL(str(lib))
+    dll.sbk_gemm.restype = ctypes.c_int
+    dll.sbk_gemm.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64,
+                             ctypes.c_int64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p,
+                             ctypes.c_size_t]
+    return dll
+
+
+def gemm(dll: ctypes.CDLL, wtype: int, k: int, w: np.ndarray, act: np.ndarray, n: int) -> np.ndarray:
+    """Run the kernel: w is (rows, row_bytes) uint8, act (>= n, act_row_bytes) uint8; returns (n, rows)."""
+    rows = w.shape[0]
+    out = np.full((n, rows), np.nan, dtype=np.float32)
+    ok = dll.sbk_gemm(wtype, k, w.ctypes.data, w.shape[1], 0, rows, act.ctypes.data, act.shape[1], n,
+                      out.ctypes.data, rows)
+    if not ok:
+        raise ValueError(f"sbk_gemm refused type {wtype} with {n} rows")
+    return out
+
+
+# ---------------------------------------------------------------- random blocks in ggml's layouts
+def _f16(rng, n, lo, hi) -> np.ndarray:
+    return rng.uniform(lo, hi, n).astype(np.float16)
+
+
+def q4k_blocks(rng, rows: int, nsb: int) -> np.ndarray:
+    """(rows, nsb*144) bytes: fp16 d, dmin, 12 bytes of scales/mins, 128 bytes of nibbles."""
+    out = np.zeros((rows, nsb, 144), dtype=np.uint8)
+    out[:, :, 0:2] = _f16(rng, rows * nsb, 1e-3, 2e-2).view(np.uint8).reshape(rows, nsb, 2)
+    out[:, :, 2:4] = _f16(rng, rows * nsb, 1e-3, 2e-2).view(np.uint8).reshape(rows, nsb, 2)
+    out[:, :, 4:] = rng.integers(0, 256, (rows, nsb, 140), dtype=np.uint8)
+    return out.reshape(rows, -1)
+
+
+def q6k_blocks(rng, rows: int, nsb: int) -> np.ndarray:
+    """(rows, nsb*210) bytes: ql[128], qh[64], int8 scales[16], fp16 d."""
+    out = rng.integers(0, 256, (rows, nsb, 210), dtype=np.uint8)
+    out[:, :, 208:210] = _f16(rng, rows * nsb, 1e-3, 2e-2).view(np.uint8).reshape(rows, nsb, 2)
+    return out.reshape(rows, -1)
+
+
+def q8_0_blocks(rng, rows: int, nb: int, low: int = -128) -> np.ndarray:
+    """(rows, nb*34) bytes: fp16 d, 32 int8 (``low`` -128 exercises the |w| = 128 corner)."""
+    out = np.zeros((rows, nb, 34), dtype=np.uint8)
+    out[:, :, 0:2] = _f16(rng, rows * nb, 1e-3, 2e-2).view(np.uint8).reshape(rows, nb, 2)
+    out[:, :, 2:] = rng.integers(low, 128, (rows, nb, 32), dtype=np.int8).view(np.uint8)
+    return out.reshape(rows, -1)
+
+
+def q5_0_blocks(rng, rows: int, nb: int) -> np.ndarray:
+    """(rows, nb*22) bytes: fp16 d, 32 fifth bits, 16 bytes of nibbles."""
+    out = rng.integers(0, 256, (rows, nb, 22), dtype=np.uint8)
+    out[:, :, 0:2] = _f16(rng, rows * nb, 1e-3, 2e-2).view(np.uint8).reshape(rows, nb, 2)
+    return out.reshape(rows, -1)
+
+
+def q8k_rows(rng, n: int, nsb: int) -> np.ndarray:
+    """(n, nsb*292) bytes of block_q8_K: float d, 256 int8 in [-127, 127], int16 sums of each 16."""
+    q = rng.integers(-127, 128, (n, nsb, QK_K), dtype=np.int8)
+    out = np.zeros((n, nsb, 292), dtype=np.uint8)
+    out[:, :, 0:4] = rng.uniform(1e-3, 5e-2, (n, nsb)).astype(np.float32).view(np.uint8).reshape(n, nsb, 4)
+    out[:, :, 4:260] = q.view(np.uint8)
+    bsums = q.reshape(n, nsb, 16, 16).astype(np.int16).sum(-1, dtype=np.int16)
+    out[:, :, 260:292] = bsums.view(np.uint8).reshape(n, nsb, 32)
+    return out.reshape(n, -1)
+
+
+def q8_0_rows(rng, n: int, nb: int) -> np.ndarray:
+    return q8_0_blocks(rng, n, nb, low=-127)
+
+
+# ---------------------------------------------------------------- float64 dequantizers (ggml-quants.c)
+def _f16_at(b: np.ndarray, off: int) -> np.ndarray:
+    return b[..., off:off + 2].copy().view(np.float16)[..., 0].astype(np.float64)
+
+
+def deq_q4k(w: np.ndarray) -> np.ndarray:
+    rows = w.shape[0]
+    b = w.reshape(rows, -1, 144)
+    d, dmin = _f16_at(b, 0), _f16_at(b, 2)
+    q = b[..., 4:16].astype(np.int64)
+    sc, mn = np.zeros(b.shape[:2] + (8,)), np.zeros(b.shape[:2] + (8,))
+    for j in range(8):  # get_scale_min_k4
+        if j < 4:
+            sc[..., j], mn[..., j] = q[..., j] & 63, q[..., j + 4] & 63
+        else:
+            sc[..., j] = (q[..., j + 4] & 0xF) | ((q[..., j - 4] >> 6) << 4)
+            mn[..., j] = (q[..., j + 4] >> 4) | ((q[..., j] >> 6) << 4)
+    qs = b[..., 16:].astype(np.int64)
+    vals = np.zeros(b.shape[:2] + (QK_K,))
+    for p in range(4):
+        byte = qs[..., 32 * p:32 * p + 32]
+        for half, nib in ((0, byte & 0xF), (1, byte >> 4)):
+            s = 2 * p + half
+            vals[..., 32 * s:32 * s + 32] = (d * sc[..., s])[..., None] * nib - (dmin * mn[..., s])[..., None]
+    return vals.reshape(rows, -1)
+
+
+def deq_q6k(w: np.ndarray) -> np.ndarray:
+    rows = w.shape[0]
+    b = w.reshape(rows, -1, 210)
+    ql, qh = b[..., 0:128].astype(np.int64), b[..., 128:192].astype(np.int64)
+    sc = b[..., 192:208].view(np.int8).astype(np.float64)
+    d = _f16_at(b, 208)
+    vals = np.zeros(b.shape[:2] + (QK_K,))
+    for c in range(2):
+        l0, l1, h = ql[..., 64 * c:64 * c + 32], ql[..., 64 * c + 32:64 * c + 64], qh[..., 32 * c:32 * c + 32]
+        parts = [(l0 & 0xF) | ((h & 3) << 4), (l1 & 0xF) | (((h >> 2) & 3) << 4),
+                 (l0 >> 4) | (((h >> 4) & 3) << 4), (l1 >> 4) | (((h >> 6) & 3) << 4)]
+        for k, q in enumerate(parts):
+            for half in range(2):
+                g = 8 * c + 2 * k + half
+                lo = 128 * c + 32 * k + 16 * half
+                vals[..., lo:lo + 16] = (d * sc[..., g])[..., None] * (q[..., 16 * half:16 * half + 16] - 32)
+    return vals.reshape(rows, -1)
+
+
+def deq_q8_0(w: np.ndarray) -> np.ndarray:
+    rows = w.shape[0]
+    b = w.reshape(rows, -1, 34)
+    return (_f16_at(b, 0)[..., None] * b[..., 2:].view(np.int8)).reshape(rows, -1)
+
+
+def deq_q5_0(w: np.ndarray) -> np.ndarray:
+    rows = w.shape[0]
+    b = w.reshape(rows, -1, 22)
+    qh = b[..., 2:6].copy().view(np.uint32)[..., 0].astype(np.int64)
+    qs = b[..., 6:22].astype(np.int64)
+    bits = (qh[..., None] >> np.arange(32)) & 1
+    vals = np.concatenate([(qs & 0xF) | (bits[..., :16] << 4), (qs >> 4) | (bits[..., 16:] << 4)], axis=-1) - 16
+    return (_f16_at(b, 0)[..., None] * vals).reshape(rows, -1)
+
+
+def deq_q8k(a: np.ndarray) -> np.ndarray:
+    n = a.shape[0]
+    b = a.reshape(n, -1, 292)
+    d = b[..., 0:4].copy().view(np.float32)[..., 0].astype(np.float64)
+    return (d[..., None] * b[..., 4:260].view(np.int8)).reshape(n, -1)
+
+
+FORMATS = {  # name -> (ggml type, values per block, weight maker, activation maker, w dequant, act dequant)
+    "q4_K": (Q4_K, QK_K, q4k_blocks, q8k_rows, deq_q4k, deq_q8k),
+    "q6_K": (Q6_K, QK_K, q6k_blocks, q8k_rows, deq_q6k, deq_q8k),
+    "q8_0": (Q8_0, 32, q8_0_blocks, q8_0_rows, deq_q8_0, deq_q8_0),
+    "q5_0": (Q5_0, 32, q5_0_blocks, q8_0_rows, deq_q5_0, deq_q8_0),
+}
