@@ -113,6 +113,56 @@ inline __m256i lane16(int lo, int hi) {
     return _mm256_set_m128i(b, a);
 }
 
+// ---------------------------------------------------------------- the activations' side table
+// What a product needs of each activation block besides its quants, computed once per call (per thread)
+// instead of once per weight row: the scale as a float, and for Q4_K the sums of each 32 quants times
+// that scale (what the block's mins multiply).  Every weight row then pays two multiply-adds for its
+// block's scale and mins instead of the conversions, horizontal adds and broadcasts behind them.
+struct acts {
+    const uint8_t * q;      // activation row 0 (ggml's blocks)
+    size_t stride;          // bytes between activation rows
+    int64_t nb;             // blocks per row
+    const float * d;        // [row][block] scale
+    const float * sums;     // Q4_K: [row][block][8] scale * sum of each 32 quants
+};
+
+// One per thread, fixed (no allocation that could fail mid-graph): room for 8 rows of 2048 blocks (Q8_0
+// rows of 65,536 values; Q4_K's table takes 9 floats a block: 227 blocks, rows of 58,112); wider
+// products are left to ggml (ggml_sbk_takes asks sbk_table_fits).
+constexpr size_t TABLE_FLOATS = 16384;
+alignas(64) thread_local float TABLE[TABLE_FLOATS];
+
+// The scales first, then (Q4_K) the sums, starting on a 64-byte boundary.
+size_t sums_offset(int n, int64_t nb) { return ((size_t) n * nb + 15) & ~(size_t) 15; }
+
+size_t table_floats(int type, int n, int64_t nb) {
+    return sums_offset(n, nb) + (type == SBK_TYPE_Q4_K ? 8 * (size_t) n * nb : 0);
+}
+
+acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
+    const bool q4k = type == SBK_TYPE_Q4_K;
+    float * t = TABLE;
+    const acts a = {act, stride, nb, t, t + sums_offset(n, nb)};
+    for (int j = 0; j < n; j++) {
+        for (int64_t i = 0; i < nb; i++) {
+            float * d = t + j * nb + i;
+            if (type == SBK_TYPE_Q4_K || type == SBK_TYPE_Q6_K) {
+                const uint8_t * y = act + j * stride + i * Q8K_BYTES;
+                *d = f32(y);
+                if (q4k) {  // bsums are per 16 quants: add them in pairs
+                    const __m256i bs = load(y + 4 + QK_K);
+                    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+                    _mm256_store_ps((float *) a.sums + (j * nb + i) * 8,
+                                    _mm256_mul_ps(_mm256_set1_ps(*d), _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(pairs))));
+                }
+            } else {
+                *d = fp16(act + j * stride + i * Q80_BYTES);
+            }
+        }
+    }
+    return a;
+}
+
 // ---------------------------------------------------------------- Q4_K x Q8_K
 // The 8 scales (low half) and 8 mins (high half) of a block as int16, as ggml's reference unpacks them.
 inline __m256i q4k_scales_mins(const uint8_t * sc) {
@@ -128,21 +178,24 @@ inline __m256i q4k_scales_mins(const uint8_t * sc) {
 }
 
 template <int N>
-void q4k_row(const uint8_t * x, int64_t nsb, const uint8_t * act, size_t act_stride, float * out, size_t stride) {
+void q4k_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[N];
     SBK_UNROLL
     for (int j = 0; j < N; j++) {
         acc[j] = _mm256_setzero_ps();
     }
-    for (int64_t i = 0; i < nsb; i++, x += Q4K_BYTES) {
+    for (int64_t i = 0; i < a.nb; i++, x += Q4K_BYTES) {
         _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
         _mm_prefetch((const char *) x + PREFETCH + 64, _MM_HINT_T0);
         _mm_prefetch((const char *) x + PREFETCH + 128, _MM_HINT_T0);
         const __m256i sm = q4k_scales_mins(x + 4);
         const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);  // the 8 scales in both halves
-        const __m128i mins = _mm256_extracti128_si256(sm, 1);
-        const uint8_t * y0 = act + i * Q8K_BYTES;
+        // -dmin * min of each sub-block, lane s for sub-block s: times the table's scaled sums
+        const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(-fp16(x + 2)),
+                                          _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(sm, 1))));
+        const __m256 d = _mm256_set1_ps(fp16(x));
+        const uint8_t * y0 = a.q + i * Q8K_BYTES + 4;
         __m256i sumi[N];
         SBK_UNROLL
         for (int j = 0; j < N; j++) {
@@ -157,22 +210,16 @@ void q4k_row(const uint8_t * x, int64_t nsb, const uint8_t * act, size_t act_str
             const __m256i sh = _mm256_shuffle_epi8(scales, lane16(2 * p + 1, 2 * p + 1));
             SBK_UNROLL
             for (int j = 0; j < N; j++) {
-                const uint8_t * q = y0 + j * act_stride + 4 + 64 * p;
+                const uint8_t * q = y0 + j * a.stride + 64 * p;
                 sumi[j] = dot_i16(sumi[j], sl, _mm256_maddubs_epi16(wl, load(q)));
                 sumi[j] = dot_i16(sumi[j], sh, _mm256_maddubs_epi16(wh, load(q + 32)));
             }
         }
-        const float d = fp16(x), dmin = fp16(x + 2);
         SBK_UNROLL
         for (int j = 0; j < N; j++) {
-            const uint8_t * y = y0 + j * act_stride;
-            const __m256i bsums = load(y + 4 + QK_K);
-            // sums of each 32 activations (pairs of 16), times the 8 mins: 4 int32 in the low half
-            const __m128i sub = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
-            const __m256i pm = _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_madd_epi16(mins, sub), 0);
-            const float yd = f32(y);
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(-dmin * yd), _mm256_cvtepi32_ps(pm), acc[j]);
+            const size_t t = j * a.nb + i;
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, _mm256_broadcast_ss(a.d + t)), acc[j]);
+            acc[j] = _mm256_fmadd_ps(mins, _mm256_load_ps(a.sums + 8 * t), acc[j]);
         }
     }
     SBK_UNROLL
@@ -183,21 +230,21 @@ void q4k_row(const uint8_t * x, int64_t nsb, const uint8_t * act, size_t act_str
 
 // ---------------------------------------------------------------- Q6_K x Q8_K
 template <int N>
-void q6k_row(const uint8_t * x, int64_t nsb, const uint8_t * act, size_t act_stride, float * out, size_t stride) {
+void q6k_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[N];
     SBK_UNROLL
     for (int j = 0; j < N; j++) {
         acc[j] = _mm256_setzero_ps();
     }
-    for (int64_t i = 0; i < nsb; i++, x += Q6K_BYTES) {
+    for (int64_t i = 0; i < a.nb; i++, x += Q6K_BYTES) {
         _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
         _mm_prefetch((const char *) x + PREFETCH + 64, _MM_HINT_T0);
         _mm_prefetch((const char *) x + PREFETCH + 128, _MM_HINT_T0);
         _mm_prefetch((const char *) x + PREFETCH + 192, _MM_HINT_T0);
         const uint8_t * ql = x, * qh = x + 128;
         const int8_t * sc = (const int8_t *) (x + 192);
-        const uint8_t * y0 = act + i * Q8K_BYTES;
+        const uint8_t * y0 = a.q + i * Q8K_BYTES + 4;
         __m256i sumi[N];
         SBK_UNROLL
         for (int j = 0; j < N; j++) {
@@ -221,20 +268,19 @@ void q6k_row(const uint8_t * x, int64_t nsb, const uint8_t * act, size_t act_str
                 const __m256i s = _mm256_shuffle_epi8(s16, lane16(2 * k, 2 * k + 1));
                 SBK_UNROLL
                 for (int j = 0; j < N; j++) {
-                    const uint8_t * qy = y0 + j * act_stride + 4 + 128 * c + 32 * k;
+                    const uint8_t * qy = y0 + j * a.stride + 128 * c + 32 * k;
                     sumi[j] = dot_i16(sumi[j], s, _mm256_maddubs_epi16(q[k], load(qy)));
                 }
             }
         }
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) sc));
-        const float d = fp16(x + 208);
+        const __m256 d = _mm256_set1_ps(fp16(x + 208));
         SBK_UNROLL
         for (int j = 0; j < N; j++) {
-            const uint8_t * y = y0 + j * act_stride;
             // the -32 offset: 32 * sum over the 16 groups of scale * (sum of its activations)
-            const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load(y + 4 + QK_K)), 5);
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * f32(y)), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[j], off)),
-                                     acc[j]);
+            const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load(y0 + j * a.stride + QK_K)), 5);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[j], off)),
+                                     _mm256_mul_ps(d, _mm256_broadcast_ss(a.d + j * a.nb + i)), acc[j]);
         }
     }
     SBK_UNROLL
@@ -269,22 +315,23 @@ struct q50_block {
 };
 
 template <class B, int N>
-void q8act_row(const uint8_t * x, int64_t nb, const uint8_t * act, size_t act_stride, float * out, size_t stride) {
+void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
     __m256 acc[N];
     SBK_UNROLL
     for (int j = 0; j < N; j++) {
         acc[j] = _mm256_setzero_ps();
     }
-    for (int64_t b = 0; b < nb; b++, x += B::BYTES) {
+    for (int64_t b = 0; b < a.nb; b++, x += B::BYTES) {
         _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
         const __m256i w = B::weights(x);
         const __m256i aw = _mm256_sign_epi8(w, w);  // |w| as unsigned bytes (-128 -> 128)
-        const float d = fp16(x);
+        const __m256 d = _mm256_set1_ps(fp16(x));
         SBK_UNROLL
         for (int j = 0; j < N; j++) {
-            const uint8_t * y = act + j * act_stride + b * Q80_BYTES;
+            const uint8_t * y = a.q + j * a.stride + b * Q80_BYTES;
             const __m256i s = dot_u8s8(_mm256_setzero_si256(), aw, _mm256_sign_epi8(load(y + 2), w));
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * fp16(y)), _mm256_cvtepi32_ps(s), acc[j]);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(a.d + j * a.nb + b)),
+                                     acc[j]);
         }
     }
     SBK_UNROLL
@@ -293,39 +340,47 @@ void q8act_row(const uint8_t * x, int64_t nb, const uint8_t * act, size_t act_st
     }
 }
 
-using row_fn = void (*)(const uint8_t *, int64_t, const uint8_t *, size_t, float *, size_t);
+using row_fn = void (*)(const uint8_t *, const acts &, float *, size_t);
+
+template <int N> void q80_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q80_block, N>(x, a, o, s); }
+template <int N> void q50_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q50_block, N>(x, a, o, s); }
 
 #define SBK_TABLE(fn) \
     {nullptr, fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>}
 constexpr row_fn Q4K[SBK_MAX_ROWS + 1] = SBK_TABLE(q4k_row);
 constexpr row_fn Q6K[SBK_MAX_ROWS + 1] = SBK_TABLE(q6k_row);
-template <int N> void q80_row(const uint8_t * x, int64_t nb, const uint8_t * a, size_t as, float * o, size_t s) {
-    q8act_row<q80_block, N>(x, nb, a, as, o, s);
-}
-template <int N> void q50_row(const uint8_t * x, int64_t nb, const uint8_t * a, size_t as, float * o, size_t s) {
-    q8act_row<q50_block, N>(x, nb, a, as, o, s);
-}
 constexpr row_fn Q80[SBK_MAX_ROWS + 1] = SBK_TABLE(q80_row);
 constexpr row_fn Q50[SBK_MAX_ROWS + 1] = SBK_TABLE(q50_row);
+
+// The row routine for a type and row count, and blocks per row; nullptr for what this file does not take.
+row_fn pick(int type, int n, int64_t k, int64_t * nb) {
+    if (n < 1 || n > SBK_MAX_ROWS) {
+        return nullptr;
+    }
+    switch (type) {
+        case SBK_TYPE_Q4_K: *nb = k / QK_K; return Q4K[n];
+        case SBK_TYPE_Q6_K: *nb = k / QK_K; return Q6K[n];
+        case SBK_TYPE_Q8_0: *nb = k / 32; return Q80[n];
+        case SBK_TYPE_Q5_0: *nb = k / 32; return Q50[n];
+        default: return nullptr;
+    }
+}
 
 }  // namespace
 
 extern "C" int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
                         const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride) {
-    if (n < 1 || n > SBK_MAX_ROWS) {
+    int64_t nb = 0;
+    const row_fn fn = pick(type, n, k, &nb);
+    if (fn == nullptr) {
         return 0;
     }
-    row_fn fn;
-    int64_t nblocks;
-    switch (type) {
-        case SBK_TYPE_Q4_K: fn = Q4K[n]; nblocks = k / QK_K; break;
-        case SBK_TYPE_Q6_K: fn = Q6K[n]; nblocks = k / QK_K; break;
-        case SBK_TYPE_Q8_0: fn = Q80[n]; nblocks = k / 32; break;
-        case SBK_TYPE_Q5_0: fn = Q50[n]; nblocks = k / 32; break;
-        default: return 0;
+    if (table_floats(type, n, nb) > TABLE_FLOATS) {
+        return 0;
     }
+    const acts a = prepare(type, (const uint8_t *) act, act_row_bytes, n, nb);
     for (int64_t r = r0; r < r1; r++) {
-        fn((const uint8_t *) w + r * w_row_bytes, nblocks, (const uint8_t *) act, act_row_bytes, dst + r, dst_stride);
+        fn((const uint8_t *) w + r * w_row_bytes, a, dst + r, dst_stride);
     }
     return 1;
 }
@@ -344,37 +399,49 @@ extern "C" int sbk_gemm(int, int64_t, const void *, size_t, int64_t, int64_t, co
 #include "ggml.h"
 #include "ggml-cpu-impl.h"
 
-static_assert(SBK_TYPE_Q5_0 == GGML_TYPE_Q5_0 && SBK_TYPE_Q8_0 == GGML_TYPE_Q8_0 && SBK_TYPE_Q4_K == GGML_TYPE_Q4_K && SBK_TYPE_Q6_K == GGML_TYPE_Q6_K,
-              "ggml's type numbers moved");
-
-static bool sbk_type(enum ggml_type t) {
-    return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q5_0;
-}
+static_assert(SBK_TYPE_Q5_0 == GGML_TYPE_Q5_0 && SBK_TYPE_Q8_0 == GGML_TYPE_Q8_0 &&
+              SBK_TYPE_Q4_K == GGML_TYPE_Q4_K && SBK_TYPE_Q6_K == GGML_TYPE_Q6_K, "ggml's type numbers moved");
 
 extern "C" int ggml_sbk_takes(const ggml_tensor * op) {
+#if SBK_VARIANT > 0
     const ggml_tensor * w = op->src[0];
     const ggml_tensor * x = op->src[1];
-    if (SBK_VARIANT == 0 || op->op != GGML_OP_MUL_MAT || !sbk_type(w->type) || w->ne[2] != 1 || w->ne[3] != 1 ||
-        w->nb[1] != ggml_row_size(w->type, w->ne[0]) || x->type != GGML_TYPE_F32 || x->ne[1] < 1 ||
-        x->ne[1] > SBK_MAX_ROWS || x->ne[2] != 1 || x->ne[3] != 1 || op->type != GGML_TYPE_F32 ||
-        op->nb[0] != sizeof(float)) {
+    int64_t nb = 0;
+    // pick() takes the types and 1..8 rows; the rest: one contiguous matrix, f32 rows in and out
+    if (op->op != GGML_OP_MUL_MAT || pick(w->type, (int) x->ne[1], w->ne[0], &nb) == nullptr || w->ne[2] != 1 ||
+        w->ne[3] != 1 || w->nb[1] != ggml_row_size(w->type, w->ne[0]) || x->type != GGML_TYPE_F32 || x->ne[2] != 1 ||
+        x->ne[3] != 1 || op->type != GGML_TYPE_F32 || op->nb[0] != sizeof(float) ||
+        table_floats(w->type, (int) x->ne[1], nb) > TABLE_FLOATS) {
         return 0;
     }
     const char * env = getenv("OMNIDRAFT_SBQ4");
     return !(env != NULL && strcmp(env, "0") == 0);
+#else
+    (void) op;
+    return 0;
+#endif
 }
 
 extern "C" void ggml_sbk_mul_mat(const ggml_compute_params * params, ggml_tensor * op, const void * wdata,
                                  size_t row_size) {
+#if SBK_VARIANT > 0
     const ggml_tensor * w = op->src[0];
+    const int n = (int) op->src[1]->ne[1];
+    int64_t nb = 0;
+    const row_fn fn = pick(w->type, n, w->ne[0], &nb);
+    const acts a = prepare(w->type, (const uint8_t *) wdata, row_size, n, nb);  // once per thread
     const int64_t nrows = w->ne[1];
-    const int nth = params->nth;
+    const size_t stride = op->nb[1] / sizeof(float);
     // rows in 4 chunks per thread, taken as threads come free (ggml's counter starts at nth); which
     // thread computes a row never changes its value
-    const int64_t nchunks = std::min<int64_t>(nrows, 4 * nth);
+    const int64_t nchunks = std::min<int64_t>(nrows, 4 * params->nth);
     for (int64_t c = params->ith; c < nchunks; c = ggml_threadpool_chunk_add(params->threadpool, 1)) {
-        sbk_gemm(w->type, w->ne[0], w->data, w->nb[1], nrows * c / nchunks, nrows * (c + 1) / nchunks, wdata,
-                 row_size, (int) op->src[1]->ne[1], (float *) op->data, op->nb[1] / sizeof(float));
+        for (int64_t r = nrows * c / nchunks; r < nrows * (c + 1) / nchunks; r++) {
+            fn((const uint8_t *) w->data + r * w->nb[1], a, (float *) op->data + r, stride);
+        }
     }
+#else
+    (void) params, (void) op, (void) wdata, (void) row_size;
+#endif
 }
 #endif  // SBK_STANDALONE
