@@ -1,5 +1,7 @@
 """The llama.cpp engine on the real default models (and bad files)."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,24 @@ def test_missing_file_and_unknown_name(tmp_path):
         Engine(tmp_path / "nope.gguf")
     with pytest.raises(models.ModelNotFound):
         models.resolve("no-such-model")
+
+
+def _mapped(path) -> bool:
+    """Whether this process maps ``path`` (a file-backed mapping in /proc/self/maps)."""
+    name = str(os.path.realpath(path))
+    with open("/proc/self/maps") as f:
+        return any(line.rstrip().endswith(name) for line in f)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc")
+def test_each_weight_is_resident_once():
+    """Plain weights (exact mode) are used where they lie in the mapped file; repacked ones (fast mode) are
+    copies, so the fast mode reads the file instead of mapping it: a mapping would keep the file's pages
+    resident beside the copies (the 1.5B q4_0_pure pair peaked at 1.98 GB for a 1.0 GB file, 1.24 after)."""
+    path = models.resolve(models.DEFAULT_DRAFT)  # a file no other test here keeps open
+    with Engine(path, EngineConfig(n_ctx=256, n_threads=2, batch_invariant=True)):
+        assert _mapped(path)
+    with Engine(path, EngineConfig(n_ctx=256, n_threads=2, batch_invariant=False)):
+        assert not _mapped(path)
+    with Engine(path, EngineConfig(n_ctx=256, n_threads=2, batch_invariant=False, mmap=True)):
+        assert _mapped(path)
