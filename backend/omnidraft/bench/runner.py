@@ -8,6 +8,7 @@ against the `target` configuration of the same run.
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import time
 from dataclasses import dataclass, field
@@ -183,12 +184,17 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
 class PeerLlama:
     """Plain llama-cpp-python on the same GGUF with its default settings (repacked weights, f16 KV),
     greedy or sampled like the run; timed from its first streamed token to its last, the way the
-    runner times generation after the prompt."""
+    runner times generation after the prompt.
+
+    Threads: all cores unless told otherwise, like the product.  llama-cpp-python's own default is half
+    of them (``cpu_count // 2``), one thread on a 2-core machine: a peer that slow flattered every
+    "x plain llama-cpp-python" figure measured with it before 2026-11-28."""
 
     def __init__(self, path, threads: int = 0, gpu_layers: int = 0):
         from llama_cpp import Llama
 
-        self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=threads or None, n_gpu_layers=gpu_layers,
+        n = threads or os.cpu_count() or 1
+        self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=n, n_threads_batch=n, n_gpu_layers=gpu_layers,
                          verbose=False)
 
     def generate(self, item: Item, params: GenerationParams) -> Final:
