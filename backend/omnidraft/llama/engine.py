@@ -22,7 +22,7 @@ import numpy as np
 
 import llama_cpp
 
-from . import log as llama_log
+from . import loadcheck, log as llama_log
 from gguf_tools.header import check_header
 from omnidraft.errors import ContextOverflow, EngineError, InvalidModelFile, from_gguf_tools
 
@@ -99,6 +99,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.mode = self.config.mode
         check_gguf_header(self.path)
+        loadcheck.ensure_loadable(self.path, self.config)  # in a child first: some files abort llama.cpp
         init_backend()
         llama_log.SINK.take_recent()
         self._model = self._load_model()

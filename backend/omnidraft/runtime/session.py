@@ -127,25 +127,37 @@ class Session:
         try:
             cur = self.registry.current()
         except VersionCorrupt as e:
-            if e.version not in self._bad_versions:  # reported once, not on every request
-                log.error("drafter %s not swapped in, keeping %s: %s", e.version, self.drafter_version, e)
-                self._bad_versions.add(e.version)
+            self._refuse(e.version, e)
             return False
-        if cur is None or cur[0] == self.drafter_version or cur[0] in self._bad_versions:
+        if cur is None or cur[0] == self.drafter_version:
+            if hasattr(self.registry, "refused"):
+                self.registry.refused(None)  # a refused version rolled back: no longer a problem
+            return False
+        if cur[0] in self._bad_versions:
             return False
         version, path = cur
         try:
-            self.load_drafter(str(path))
+            self.load_drafter(str(path))  # a file that would abort llama.cpp is refused first (llama.loadcheck)
         except Exception as e:  # noqa: BLE001 - any failure to load must leave the old drafter serving
-            log.error("drafter %s not swapped in, keeping %s: %s", version, self.drafter_version, e)
-            self._bad_versions.add(version)  # not retried on every request
+            self._refuse(version, e)
             return False
+        if hasattr(self.registry, "refused"):
+            self.registry.refused(None)
         log.info("drafter swapped: %s -> %s", self.drafter_version, version)
         self.save_state()
         self.drafter_version = version
         self._policies.clear()  # timings stay valid, but acceptance must be learned for the new drafter
         self._predictors.clear()
         return True
+
+    def _refuse(self, version: str, error: Exception) -> None:
+        """A version that cannot be swapped in: logged once and not retried; the registry shows it (the
+        server's WatchedRegistry puts it in /v1/omnidraft/stats "problems")."""
+        if version not in self._bad_versions:
+            log.error("drafter %s not swapped in, keeping %s: %s", version, self.drafter_version, error)
+            self._bad_versions.add(version)
+        if hasattr(self.registry, "refused"):
+            self.registry.refused(f"drafter {version} refused, serving {self.drafter_version}: {error}")
 
     def cache_path(self, draft_fp: str, target_fp: str) -> Path:
         return self.state_dir / cache_filename(draft_fp, target_fp)

@@ -125,6 +125,12 @@ class WatchedRegistry:
             self.metrics.set_problem(self.SOURCE, None)
         return cur
 
+    def refused(self, message: str | None) -> None:
+        """The session refused the current version (it would not load, or abort llama.cpp: see
+        omnidraft.llama.loadcheck), or None once one swapped in; shown as the "drafter_version" problem."""
+        if self.metrics is not None:
+            self.metrics.set_problem("drafter_version", message)
+
     def evaluations(self) -> list[dict]:
         """The registry's held-out measurements (shown by /v1/omnidraft/stats; never raises)."""
         return self.registry.evaluations()

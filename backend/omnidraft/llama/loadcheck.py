@@ -1,0 +1,149 @@
+"""Whether llama.cpp can load a model file without killing the process: the one check every model goes through.
+
+llama.cpp stops the whole process (``GGML_ASSERT``, SIGABRT) on some files a header check cannot tell from good
+ones: ``block_count`` 0 or past its limit, or a context length so short that the batches it allows are smaller
+than the ones this engine sends.  A server that loaded such a drafter died, and died again on every restart.  So
+before a model is loaded in this process, a child process loads it with the same settings, checks that the batch
+size the engine relies on holds, and decodes a few tokens.  The verdict is kept per file (path, size, mtime,
+inode), settings and llama.cpp version in ``<cache>/loadcheck.json``, so a file costs the child once; the pinned
+models, verified by sha256 against pins known to load, and the re-quantized copies made from them skip it.
+
+``Engine.__init__`` calls ``ensure_loadable``, so the server, ``generate``, the trainer and the gguf tools are all
+covered.  A refused file raises InvalidModelFile with one line saying why."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from omnidraft import statefile
+from omnidraft.errors import InvalidModelFile
+
+log = logging.getLogger(__name__)
+
+CHILD_ENV = "OMNIDRAFT_LOADCHECK_CHILD"  # set in the child: it loads the file itself, unchecked
+TIMEOUT_S = 600.0  # a load that takes longer is refused (and checked again next time: it may have been load)
+PROBE_TOKENS = 8  # decoded in the child, so a graph that cannot be built fails there
+# settings that change what llama.cpp does with the file (threads do not)
+_CONFIG_KEYS = ("n_ctx", "n_batch", "n_gpu_layers", "vocab_only", "flash_attn", "mmap", "batch_invariant")
+
+_memo: dict[str, dict] = {}
+_lock = threading.Lock()
+
+
+def verdicts_path() -> Path:
+    from omnidraft.assets import models
+
+    return models.cache_dir() / "loadcheck.json"
+
+
+def ensure_loadable(path: str | os.PathLike, config) -> None:
+    """Return if llama.cpp loads ``path`` with ``config`` (an EngineConfig) in a child process; else raise
+    InvalidModelFile saying why.  Checked once per file and settings; the child's own load is not checked."""
+    if os.environ.get(CHILD_ENV) == "1":
+        return
+    path = Path(path)
+    if _trusted(path):
+        return
+    key = _key(path, config)
+    with _lock:  # one child at a time per process; the rest read its verdict
+        verdict = _memo.get(key) or statefile.read(verdicts_path(), key)
+        if verdict is None:
+            verdict = check_in_child(path, config)
+            if verdict.get("final", True):
+                statefile.write(verdicts_path(), key, verdict)
+        _memo[key] = verdict
+    if not verdict["ok"]:
+        raise InvalidModelFile(f"{path}: refused, llama.cpp cannot use this model ({verdict['why']})")
+
+
+def check_in_child(path: Path, config) -> dict:
+    """Load ``path`` in a child process: {"ok": True} or {"ok": False, "why": one line[, "final": False]}."""
+    cfg = {k: getattr(config, k) for k in _CONFIG_KEYS}
+    cfg["n_threads"] = cfg["n_threads_batch"] = min(2, os.cpu_count() or 1)
+    env = dict(os.environ, **{CHILD_ENV: "1"})
+    cmd = [sys.executable, "-m", "omnidraft.llama.loadcheck", str(path), json.dumps(cfg)]
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "why": f"loading it took over {TIMEOUT_S:.0f} s", "final": False}
+    if p.returncode == 0:
+        return {"ok": True}
+    return {"ok": False, "why": _reason(p.returncode, p.stdout, p.stderr)}
+
+
+def _reason(rc: int, stdout: str, stderr: str) -> str:
+    """One line: the child's own refusal, else llama.cpp's assertion and how the child ended."""
+    lines = [ln.strip() for ln in (stdout + "\n" + stderr).splitlines() if ln.strip()]
+    said = [ln[len("refused: "):] for ln in lines if ln.startswith("refused: ")]
+    if said:
+        return said[-1][:300]
+    how = f"killed by {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.Signals._value2member_map_ \
+        else f"exit code {rc}"
+    asserts = [ln for ln in lines if "GGML_ASSERT" in ln or "error" in ln.lower()]
+    detail = asserts[0] if asserts else (lines[-1] if lines else "no output")
+    if "/src/" in detail:  # llama.cpp's source path: keep the file name
+        detail = detail[detail.rfind("/") + 1:]
+    return f"loading it in a child process ended with {how}: {detail[:300]}"
+
+
+def _key(path: Path, config) -> str:
+    import llama_cpp
+
+    st = path.stat()
+    cfg = ",".join(f"{k}={getattr(config, k)}" for k in _CONFIG_KEYS)
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{cfg}|llama.cpp {llama_cpp.__version__}"
+
+
+def _trusted(path: Path) -> bool:
+    """A pinned model whose sha256 stamp holds, or a re-quantized copy made from one: known to load."""
+    from omnidraft.assets import models
+
+    try:
+        real = path.resolve()
+    except OSError:
+        return False
+    for spec in models.REGISTRY.values():
+        if not spec.bundled and real == models.model_path(spec).resolve():
+            return models._stamp_ok(real, spec.sha256)
+    if real.parent == (models.cache_dir() / "models" / "derived").resolve():
+        shas = {s.sha256 for s in models.REGISTRY.values()}
+        return models.derived_source(real) in shas
+    return False
+
+
+def _child(path: str, cfg_json: str) -> int:
+    """Load like the engine, check the batch it relies on, decode PROBE_TOKENS; print 'refused: why' or nothing."""
+    import llama_cpp
+
+    from .engine import Engine, EngineConfig
+
+    cfg = EngineConfig(**json.loads(cfg_json))
+    try:
+        eng = Engine(path, cfg)
+    except Exception as e:  # noqa: BLE001 - any refusal becomes the verdict's line
+        print(f"refused: {e}", flush=True)
+        return 3
+    if cfg.vocab_only:
+        return 0
+    n_batch = llama_cpp.llama_n_batch(eng._ctx)
+    if n_batch < min(cfg.n_batch, eng.n_ctx):
+        print(f"refused: llama.cpp allows batches of {n_batch} tokens in a {eng.n_ctx}-token context (its "
+              f"context length {llama_cpp.llama_model_n_ctx_train(eng._model)} is too short for batches of "
+              f"{min(cfg.n_batch, eng.n_ctx)})", flush=True)
+        return 3
+    n = min(PROBE_TOKENS, eng.n_ctx)
+    eng.decode([max(eng.bos_id, 0)] * n, "last")
+    eng.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1], sys.argv[2]))
