@@ -15,6 +15,7 @@ from ..errors import OmniDraftError
 from omnidraft.spec.generator import GenerationParams
 from omnidraft.spec.methods import METHODS
 from omnidraft.spec.policy import POLICIES
+from omnidraft.vocab import chat
 
 MAX_STOP = 4
 MAX_K = 6
@@ -210,6 +211,9 @@ def parse_request(body, kind: str, n_ctx: int, model_ids: tuple[str, ...]) -> Re
         if not isinstance(messages, list) or not messages:
             raise _bad("'messages' is required and must be a non-empty list", "messages",
                        "missing" if messages is None else "invalid_type")
+        if len(messages) > chat.MAX_MESSAGES:  # bounded here, before its preparation takes the engine's worker
+            raise _bad(f"{len(messages)} messages: at most {chat.MAX_MESSAGES} in one chat", "messages",
+                       "too_many_messages")
         out = []
         for i, m in enumerate(messages):
             if not isinstance(m, dict):

@@ -8,6 +8,7 @@ chat; ``tokenize`` parses control-token text only outside those spans, the way l
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import re
 import secrets
@@ -25,6 +26,9 @@ CHATML = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 ROLES = ("system", "user", "assistant", "tool")
+# Messages in one chat at most: preparing a prompt costs time in the engine's worker before any token is
+# decoded, so its size is bounded before it gets there (the HTTP layer answers 400 with the same limit).
+MAX_MESSAGES = 2048
 
 
 def _raise(msg: str):
@@ -43,6 +47,8 @@ def _compile(template: str):
 def validate_messages(messages) -> list[dict]:
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
+    if len(messages) > MAX_MESSAGES:
+        raise BadRequest(f"{len(messages)} messages: at most {MAX_MESSAGES} in one chat")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
@@ -120,9 +126,9 @@ def tokenize(engine, text: str, plain: list[tuple[int, int]] | None, add_bos: bo
     if not plain:
         return engine.tokenize(text, add_bos=add_bos, special=True)
     pattern, by_text = _specials(engine)
-    found = [] if pattern is None else list(pattern.finditer(text))
-    inside = [m for m in found if any(a < m.end() and m.start() < b for a, b in plain)]
-    if not inside:  # nothing to keep out of the contents: llama.cpp's own parse, unchanged
+    spans = sorted(plain)
+    if pattern is None or not any(_overlaps(m, spans) for m in pattern.finditer(text)):
+        # nothing to keep out of the contents: llama.cpp's own parse, unchanged
         return engine.tokenize(text, add_bos=add_bos, special=True)
     ids = [engine.bos_id] if add_bos and engine.bos_id >= 0 else []
     pos = 0
@@ -135,6 +141,13 @@ def tokenize(engine, text: str, plain: list[tuple[int, int]] | None, add_bos: bo
     if pos < len(text):
         ids += engine.tokenize(text[pos:], add_bos=False, special=False)
     return ids
+
+
+def _overlaps(m: re.Match, spans: list[tuple[int, int]]) -> bool:
+    """Whether match ``m`` overlaps one of ``spans`` (sorted, non-overlapping: render_marked's order), by
+    bisection: a chat of N messages costs O(N log N), not N matches times N spans."""
+    i = bisect.bisect_right(spans, (m.start(), float("inf"))) - 1  # the last span starting at or before m
+    return any(a < m.end() and m.start() < b for a, b in spans[max(i, 0):i + 2])
 
 
 def _outside(n: int, spans) -> list[tuple[int, int]]:
