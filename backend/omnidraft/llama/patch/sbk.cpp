@@ -39,13 +39,16 @@
 #else
 #define SBK_VARIANT 1
 #endif
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+#include <arm_neon.h>
+#define SBK_VARIANT 4
 #else
 #define SBK_VARIANT 0
 #endif
 
 extern "C" int ggml_cpu_sbk_variant(void) { return SBK_VARIANT; }
 
-#if SBK_VARIANT > 0
+#if SBK_VARIANT >= 1 && SBK_VARIANT <= 3  // x86
 
 namespace {
 
@@ -373,6 +376,317 @@ row_fn pick(int type, int n, int64_t k, int64_t * nb) {
 
 }  // namespace
 
+#elif SBK_VARIANT == 4  // aarch64
+// ================================================================ aarch64: NEON with dotprod
+// The x86 section's algorithm, block for block: each weight block unpacked once, one integer sum per
+// activation row and block (exact), then one float multiply-add per row and block into that row's own
+// accumulator; the same templates for 1..8 rows, so every output gets the same instructions whatever n is.
+//
+// What differs, and why:
+// - vdotq_s32 multiplies signed bytes by signed bytes (x86's maddubs and dpbusd take unsigned by signed,
+//   hence the x86 code's |w| and sign tricks).  Every weight here fits a signed byte once unpacked: Q4_K's
+//   nibbles 0..15, Q6_K's 0..63 (its -32 still applied through the activations' block sums, as on x86),
+//   Q8_0 as stored, Q5_0 as -16..15.  So weights and activations go straight into vdotq_s32.
+// - vdotq_s32 sums 4 products per int32 lane, so the block scales (Q4_K's per 32 values, Q6_K's per 16)
+//   multiply whole lanes: one vmlaq per sub-block and row, in place of x86's int16 multiply-adds.
+// - Float vectors have 4 lanes: Q4_K's 8 mins take two multiply-adds.
+// - Floats are only combined through explicit vfmaq_f32 or a product stored as is, never a multiply feeding
+//   an add, so -ffp-contract (GCC's default fuses in GNU mode) cannot change a result between the templates.
+// The side table, the row tables and pick() repeat the x86 section's, so that each section stays whole.
+// Selected at compile time (-march=armv8.2-a+dotprod or a CPU that has it), like ggml's own ARM kernels:
+// a binary built so needs a CPU with dotprod (Linux hwcap "asimddp") whatever this file does.
+namespace {
+
+constexpr int QK_K = 256;
+constexpr int Q4K_BYTES = 144;  // d, dmin (fp16), scales[12], qs[128]
+constexpr int Q6K_BYTES = 210;  // ql[128], qh[64], scales[16], d (fp16)
+constexpr int Q8K_BYTES = 292;  // d (float), qs[256], bsums[16] (int16)
+constexpr int Q80_BYTES = 34;   // d (fp16), qs[32]
+constexpr int Q50_BYTES = 22;   // d (fp16), qh[4], qs[16]
+#ifndef SBK_PREFETCH
+#define SBK_PREFETCH 4096
+#endif
+// The x86 distance, not tuned on any ARM core (none is reachable here).
+constexpr int PREFETCH = SBK_PREFETCH;
+
+inline float fp16(const uint8_t * p) {
+    __fp16 h;  // IEEE half on AArch64; the conversion to float is exact
+    memcpy(&h, p, 2);
+    return (float) h;
+}
+
+inline float f32(const uint8_t * p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+#define SBK_UNROLL _Pragma("GCC unroll 8")
+
+inline int8x16_t s8(const uint8_t * p) { return vreinterpretq_s8_u8(vld1q_u8(p)); }
+inline int16x8_t s16(const uint8_t * p) { return vreinterpretq_s16_u8(vld1q_u8(p)); }  // any alignment
+
+// ---------------------------------------------------------------- the activations' side table (as on x86)
+struct acts {
+    const uint8_t * q;      // activation row 0 (ggml's blocks)
+    size_t stride;          // bytes between activation rows
+    int64_t nb;             // blocks per row
+    const float * d;        // [row][block] scale
+    const float * sums;     // Q4_K: [row][block][8] scale * sum of each 32 quants
+};
+
+constexpr size_t TABLE_FLOATS = 16384;
+alignas(64) thread_local float TABLE[TABLE_FLOATS];
+
+size_t sums_offset(int n, int64_t nb) { return ((size_t) n * nb + 15) & ~(size_t) 15; }
+
+size_t table_floats(int type, int n, int64_t nb) {
+    return sums_offset(n, nb) + (type == SBK_TYPE_Q4_K ? 8 * (size_t) n * nb : 0);
+}
+
+acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
+    const bool q4k = type == SBK_TYPE_Q4_K;
+    float * t = TABLE;
+    const acts a = {act, stride, nb, t, t + sums_offset(n, nb)};
+    for (int j = 0; j < n; j++) {
+        for (int64_t i = 0; i < nb; i++) {
+            float * d = t + j * nb + i;
+            if (type == SBK_TYPE_Q4_K || type == SBK_TYPE_Q6_K) {
+                const uint8_t * y = act + j * stride + i * Q8K_BYTES;
+                *d = f32(y);
+                if (q4k) {  // bsums are per 16 quants: add them in pairs (vpaddq: the order of x86's hadd)
+                    const int16x8_t pairs = vpaddq_s16(s16(y + 4 + QK_K), s16(y + 4 + QK_K + 16));
+                    const float32x4_t dd = vdupq_n_f32(*d);
+                    float * s = (float *) a.sums + (j * nb + i) * 8;
+                    vst1q_f32(s, vmulq_f32(dd, vcvtq_f32_s32(vmovl_s16(vget_low_s16(pairs)))));
+                    vst1q_f32(s + 4, vmulq_f32(dd, vcvtq_f32_s32(vmovl_high_s16(pairs))));
+                }
+            } else {
+                *d = fp16(act + j * stride + i * Q80_BYTES);
+            }
+        }
+    }
+    return a;
+}
+
+// ---------------------------------------------------------------- Q4_K x Q8_K
+// The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a block, as ggml's reference unpacks them.
+inline uint8x16_t q4k_scales_mins(const uint8_t * sc) {
+    uint32_t u[4];
+    memcpy(u, sc, 12);
+    const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+    const uint32_t aux = u[1] & m1;
+    u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+    u[2] = aux;
+    u[0] &= m1;
+    return vreinterpretq_u8_u32(vld1q_u32(u));
+}
+
+template <int N>
+void q4k_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int32x4_t zero = vdupq_n_s32(0);
+    float32x4_t acc[N];
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = vdupq_n_f32(0.0f);
+    }
+    for (int64_t i = 0; i < a.nb; i++, x += Q4K_BYTES) {
+        __builtin_prefetch(x + PREFETCH);
+        __builtin_prefetch(x + PREFETCH + 64);
+        __builtin_prefetch(x + PREFETCH + 128);
+        const uint8x16_t sm = q4k_scales_mins(x + 4);
+        uint8_t sc[16];
+        vst1q_u8(sc, sm);
+        // -dmin * min of each sub-block, lane s of mins[s / 4] for sub-block s: times the table's scaled sums
+        const uint16x8_t mn = vmovl_high_u8(sm);
+        const float32x4_t ndmin = vdupq_n_f32(-fp16(x + 2));
+        const float32x4_t mins[2] = {vmulq_f32(ndmin, vcvtq_f32_u32(vmovl_u16(vget_low_u16(mn)))),
+                                     vmulq_f32(ndmin, vcvtq_f32_u32(vmovl_high_u16(mn)))};
+        const float d = fp16(x);
+        const uint8_t * y0 = a.q + i * Q8K_BYTES + 4;
+        int32x4_t sumi[N];
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            sumi[j] = zero;
+        }
+        SBK_UNROLL
+        for (int p = 0; p < 4; p++) {  // 32 bytes: sub-block 2p in the low nibbles, 2p+1 in the high ones
+            const uint8x16_t b0 = vld1q_u8(x + 16 + 32 * p), b1 = vld1q_u8(x + 32 + 32 * p);
+            const int8x16_t wl0 = vreinterpretq_s8_u8(vandq_u8(b0, m4)), wl1 = vreinterpretq_s8_u8(vandq_u8(b1, m4));
+            const int8x16_t wh0 = vreinterpretq_s8_u8(vshrq_n_u8(b0, 4)), wh1 = vreinterpretq_s8_u8(vshrq_n_u8(b1, 4));
+            const int32_t sl = sc[2 * p], sh = sc[2 * p + 1];
+            SBK_UNROLL
+            for (int j = 0; j < N; j++) {
+                const uint8_t * q = y0 + j * a.stride + 64 * p;
+                const int32x4_t pl = vdotq_s32(vdotq_s32(zero, wl0, s8(q)), wl1, s8(q + 16));
+                const int32x4_t ph = vdotq_s32(vdotq_s32(zero, wh0, s8(q + 32)), wh1, s8(q + 48));
+                sumi[j] = vmlaq_n_s32(vmlaq_n_s32(sumi[j], pl, sl), ph, sh);
+            }
+        }
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            const size_t t = j * a.nb + i;
+            acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(sumi[j]), vdupq_n_f32(d * a.d[t]));
+            acc[j] = vfmaq_f32(acc[j], mins[0], vld1q_f32(a.sums + 8 * t));
+            acc[j] = vfmaq_f32(acc[j], mins[1], vld1q_f32(a.sums + 8 * t + 4));
+        }
+    }
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        out[j * stride] = vaddvq_f32(acc[j]);
+    }
+}
+
+// ---------------------------------------------------------------- Q6_K x Q8_K
+template <int N>
+void q6k_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m30 = vdupq_n_u8(0x30);
+    const int32x4_t zero = vdupq_n_s32(0);
+    float32x4_t acc[N];
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = vdupq_n_f32(0.0f);
+    }
+    for (int64_t i = 0; i < a.nb; i++, x += Q6K_BYTES) {
+        __builtin_prefetch(x + PREFETCH);
+        __builtin_prefetch(x + PREFETCH + 64);
+        __builtin_prefetch(x + PREFETCH + 128);
+        __builtin_prefetch(x + PREFETCH + 192);
+        const uint8_t * ql = x, * qh = x + 128;
+        const int8_t * sc = (const int8_t *) (x + 192);
+        const uint8_t * y0 = a.q + i * Q8K_BYTES + 4;
+        int32x4_t sumi[N];
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            sumi[j] = zero;
+        }
+        SBK_UNROLL
+        for (int c = 0; c < 2; c++) {  // two halves of 128 values
+            SBK_UNROLL
+            for (int h = 0; h < 2; h++) {  // 16 bytes at a time: q[k] holds values 128c + 32k + 16h.. of group 8c+2k+h
+                const uint8x16_t l0 = vld1q_u8(ql + 64 * c + 16 * h), l1 = vld1q_u8(ql + 64 * c + 32 + 16 * h);
+                const uint8x16_t hb = vld1q_u8(qh + 32 * c + 16 * h);
+                const int8x16_t q[4] = {  // values 0..63: low nibble | two high bits << 4
+                    vreinterpretq_s8_u8(vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(hb, 4), m30))),
+                    vreinterpretq_s8_u8(vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(hb, 2), m30))),
+                    vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(hb, m30))),
+                    vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(hb, 2), m30))),
+                };
+                SBK_UNROLL
+                for (int k = 0; k < 4; k++) {
+                    const int32_t s = sc[8 * c + 2 * k + h];
+                    SBK_UNROLL
+                    for (int j = 0; j < N; j++) {
+                        const uint8_t * qy = y0 + j * a.stride + 128 * c + 32 * k + 16 * h;
+                        sumi[j] = vmlaq_n_s32(sumi[j], vdotq_s32(zero, q[k], s8(qy)), s);
+                    }
+                }
+            }
+        }
+        const int16x8_t sc0 = vmovl_s8(vld1_s8(sc)), sc1 = vmovl_s8(vld1_s8(sc + 8));
+        const float d = fp16(x + 208);
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            // the -32 offset: 32 * sum over the 16 groups of scale * (sum of its activations)
+            const uint8_t * bs = y0 + j * a.stride + QK_K;
+            const int16x8_t bs0 = s16(bs), bs1 = s16(bs + 16);
+            int32x4_t off = vmull_s16(vget_low_s16(sc0), vget_low_s16(bs0));
+            off = vmlal_high_s16(off, sc0, bs0);
+            off = vmlal_s16(off, vget_low_s16(sc1), vget_low_s16(bs1));
+            off = vmlal_high_s16(off, sc1, bs1);
+            acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(vsubq_s32(sumi[j], vshlq_n_s32(off, 5))),
+                               vdupq_n_f32(d * a.d[j * a.nb + i]));
+        }
+    }
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        out[j * stride] = vaddvq_f32(acc[j]);
+    }
+}
+
+// ---------------------------------------------------------------- Q8_0 and Q5_0 x Q8_0
+// A block's 32 weights as two vectors of signed bytes.  Q8_0: as stored.  Q5_0: the low nibbles are
+// values 0..15, the high nibbles 16..31, and bit i of qh is value i's fifth bit; the value is
+// (nibble | bit << 4) - 16, which is the nibble with 0xF0 or-ed in where the bit is clear.
+struct q80_block {
+    static constexpr int BYTES = Q80_BYTES;
+    static int8x16x2_t weights(const uint8_t * x) { return {{s8(x + 2), s8(x + 18)}}; }
+};
+
+struct q50_block {
+    static constexpr int BYTES = Q50_BYTES;
+    static int8x16x2_t weights(const uint8_t * x) {
+        const uint8x16_t qs = vld1q_u8(x + 6);
+        uint32_t qh;
+        memcpy(&qh, x + 2, 4);
+        // byte i gets qh's byte i/8, then its bit i%8 tested: 0xFF where the fifth bit is set
+        const uint8x16_t h = vreinterpretq_u8_u32(vdupq_n_u32(qh));
+        const uint8x16_t lo_idx = vcombine_u8(vdup_n_u8(0), vdup_n_u8(1)), hi_idx = vcombine_u8(vdup_n_u8(2), vdup_n_u8(3));
+        const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ULL));
+        const uint8x16_t clear_lo = vbicq_u8(vdupq_n_u8(0xF0), vtstq_u8(vqtbl1q_u8(h, lo_idx), bit));
+        const uint8x16_t clear_hi = vbicq_u8(vdupq_n_u8(0xF0), vtstq_u8(vqtbl1q_u8(h, hi_idx), bit));
+        return {{vreinterpretq_s8_u8(vorrq_u8(vandq_u8(qs, vdupq_n_u8(0x0F)), clear_lo)),
+                 vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(qs, 4), clear_hi))}};
+    }
+};
+
+template <class B, int N>
+void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
+    const int32x4_t zero = vdupq_n_s32(0);
+    float32x4_t acc[N];
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = vdupq_n_f32(0.0f);
+    }
+    for (int64_t b = 0; b < a.nb; b++, x += B::BYTES) {
+        __builtin_prefetch(x + PREFETCH);
+        const int8x16x2_t w = B::weights(x);
+        const float d = fp16(x);
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            const uint8_t * y = a.q + j * a.stride + b * Q80_BYTES + 2;
+            const int32x4_t s = vdotq_s32(vdotq_s32(zero, w.val[0], s8(y)), w.val[1], s8(y + 16));
+            acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(s), vdupq_n_f32(d * a.d[j * a.nb + b]));
+        }
+    }
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        out[j * stride] = vaddvq_f32(acc[j]);
+    }
+}
+
+using row_fn = void (*)(const uint8_t *, const acts &, float *, size_t);
+
+template <int N> void q80_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q80_block, N>(x, a, o, s); }
+template <int N> void q50_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q50_block, N>(x, a, o, s); }
+
+#define SBK_TABLE(fn) \
+    {nullptr, fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>}
+constexpr row_fn Q4K[SBK_MAX_ROWS + 1] = SBK_TABLE(q4k_row);
+constexpr row_fn Q6K[SBK_MAX_ROWS + 1] = SBK_TABLE(q6k_row);
+constexpr row_fn Q80[SBK_MAX_ROWS + 1] = SBK_TABLE(q80_row);
+constexpr row_fn Q50[SBK_MAX_ROWS + 1] = SBK_TABLE(q50_row);
+
+row_fn pick(int type, int n, int64_t k, int64_t * nb) {
+    if (n < 1 || n > SBK_MAX_ROWS) {
+        return nullptr;
+    }
+    switch (type) {
+        case SBK_TYPE_Q4_K: *nb = k / QK_K; return Q4K[n];
+        case SBK_TYPE_Q6_K: *nb = k / QK_K; return Q6K[n];
+        case SBK_TYPE_Q8_0: *nb = k / 32; return Q80[n];
+        case SBK_TYPE_Q5_0: *nb = k / 32; return Q50[n];
+        default: return nullptr;
+    }
+}
+
+}  // namespace
+#endif  // aarch64
+
+#if SBK_VARIANT > 0
+// ================================================================ every architecture
 extern "C" int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
                         const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride) {
     int64_t nb = 0;

@@ -23,8 +23,10 @@ extern "C" {
 #define SBK_TYPE_Q4_K 12
 #define SBK_TYPE_Q6_K 14
 
-// Which variant was compiled in: 0 none (not x86 or no AVX2), 1 AVX2, 2 AVX-VNNI (256-bit),
-// 3 AVX-512 VNNI.  Exported so that tools can tell a patched build from an upstream one.
+// Which variant was compiled in (chosen at compile time from the target's features): 0 none (ggml's own
+// kernels run), 1 x86 AVX2 (+FMA, F16C), 2 AVX-VNNI (256-bit), 3 AVX-512 VNNI, 4 aarch64 NEON with dotprod
+// (__ARM_FEATURE_DOTPROD: -march=armv8.2-a+dotprod or later; an ARMv8.0 build gets 0).  Exported so that
+// tools can tell a patched build from an upstream one.
 int ggml_cpu_sbk_variant(void);
 
 // dst[j*dst_stride + r] = dot(weight row r, activation row j) for r in [r0, r1), j in [0, n):
