@@ -109,3 +109,15 @@ def test_generate_with_a_drafter_that_aborts_llama_cpp_says_why(tmp_path):
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "GGML_ASSERT" in errors[0] and str(bad) in errors[0], p.stderr[-2000:]
     assert time.time() - t0 < 120
+
+
+def test_a_context_llama_cpp_caps_below_the_batch_size_does_not_abort():
+    """n_ctx 300: llama.cpp allows batches of 300 tokens in its 512-token context; a 400-token prompt was
+    decoded as one chunk of 400 and aborted the process (GGML_ASSERT n_tokens_all <= n_batch)."""
+    code = ("from omnidraft.assets import models\n"
+            "from omnidraft.llama.engine import Engine, EngineConfig\n"
+            f"e = Engine(models.resolve({DRAFT!r}), EngineConfig(n_ctx=300, n_threads=2, batch_invariant=False))\n"
+            "assert e.n_ctx >= 400, e.n_ctx\n"
+            "print(e.decode(list(range(100, 500)), 'last').shape)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (p.returncode, p.stderr[-1500:])

@@ -156,6 +156,9 @@ class Engine:
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(cfg.n_batch, 0, 1)
+        # llama.cpp caps a batch at the context asked for (n_ctx 300: batches of 300 in a 512-token context);
+        # a longer chunk aborts the process (GGML_ASSERT n_tokens_all <= n_batch), so chunks stay within it
+        self.n_batch = min(cfg.n_batch, llama_cpp.llama_n_batch(self._ctx))
 
     def _read_vocab(self) -> None:
         v = self.vocab
@@ -285,7 +288,7 @@ class Engine:
         parts: list[np.ndarray] = []
         done = 0
         while done < n:  # chunks of n_batch; only chunks holding wanted rows ask for logits
-            chunk = ids[done: done + self.config.n_batch]
+            chunk = ids[done: done + self.n_batch]
             want = [r - done for r in rows if done <= r < done + len(chunk)]
             self._decode_chunk(chunk, want)
             if want:

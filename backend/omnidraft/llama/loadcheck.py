@@ -1,10 +1,11 @@
 """Whether llama.cpp can load a model file without killing the process: the one check every model goes through.
 
 llama.cpp stops the whole process (``GGML_ASSERT``, SIGABRT) on some files a header check cannot tell from good
-ones: ``block_count`` 0 or past its limit, or a context length so short that the batches it allows are smaller
-than the ones this engine sends.  A server that loaded such a drafter died, and died again on every restart.  So
-before a model is loaded in this process, a child process loads it with the same settings, checks that the batch
-size the engine relies on holds, and decodes a few tokens.  The verdict is kept per file (path, size, mtime,
+ones: ``block_count`` 0 or past its limit.  (A context length of 1 made llama.cpp allow batches of 1 token, and
+the first prompt aborted; the engine now keeps its chunks within what llama.cpp allows, and such a file is refused
+as unusable.)  A server that loaded such a drafter died, and died again on every restart.  So
+before a model is loaded in this process, a child process loads it with the same settings, checks its context
+length, and decodes a few tokens.  The verdict is kept per file (path, size, mtime,
 inode), settings and llama.cpp version in ``<cache>/loadcheck.json``, so a file costs the child once; the pinned
 models, verified by sha256 against pins known to load, and the re-quantized copies made from them skip it.
 
@@ -13,7 +14,6 @@ covered.  A refused file raises InvalidModelFile with one line saying why."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 CHILD_ENV = "OMNIDRAFT_LOADCHECK_CHILD"  # set in the child: it loads the file itself, unchecked
 TIMEOUT_S = 600.0  # a load that takes longer is refused (and checked again next time: it may have been load)
 PROBE_TOKENS = 8  # decoded in the child, so a graph that cannot be built fails there
+CHECK_VERSION = 2  # part of each verdict's key: a changed check judges every file again
+MIN_CONTEXT = 64  # a file whose own context length is shorter (1 was seen) is refused: the CLI's --n-ctx floor
 # settings that change what llama.cpp does with the file (threads do not)
 _CONFIG_KEYS = ("n_ctx", "n_batch", "n_gpu_layers", "vocab_only", "flash_attn", "mmap", "batch_invariant")
 
@@ -99,7 +101,7 @@ def _key(path: Path, config) -> str:
 
     st = path.stat()
     cfg = ",".join(f"{k}={getattr(config, k)}" for k in _CONFIG_KEYS)
-    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{cfg}|llama.cpp {llama_cpp.__version__}"
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{cfg}|llama.cpp {llama_cpp.__version__}|check {CHECK_VERSION}"
 
 
 def _trusted(path: Path) -> bool:
@@ -120,7 +122,7 @@ def _trusted(path: Path) -> bool:
 
 
 def _child(path: str, cfg_json: str) -> int:
-    """Load like the engine, check the batch it relies on, decode PROBE_TOKENS; print 'refused: why' or nothing."""
+    """Load like the engine, check its context length, decode PROBE_TOKENS; print 'refused: why' or nothing."""
     import llama_cpp
 
     from .engine import Engine, EngineConfig
@@ -133,11 +135,10 @@ def _child(path: str, cfg_json: str) -> int:
         return 3
     if cfg.vocab_only:
         return 0
-    n_batch = llama_cpp.llama_n_batch(eng._ctx)
-    if n_batch < min(cfg.n_batch, eng.n_ctx):
-        print(f"refused: llama.cpp allows batches of {n_batch} tokens in a {eng.n_ctx}-token context (its "
-              f"context length {llama_cpp.llama_model_n_ctx_train(eng._model)} is too short for batches of "
-              f"{min(cfg.n_batch, eng.n_ctx)})", flush=True)
+    n_batch, n_train = llama_cpp.llama_n_batch(eng._ctx), llama_cpp.llama_model_n_ctx_train(eng._model)
+    if 0 < n_train < min(cfg.n_ctx, MIN_CONTEXT):
+        print(f"refused: its context length {n_train} is too short to use (at least {MIN_CONTEXT} tokens: "
+              f"llama.cpp would take batches of {n_batch} tokens)", flush=True)
         return 3
     n = min(PROBE_TOKENS, eng.n_ctx)
     eng.decode([max(eng.bos_id, 0)] * n, "last")
