@@ -29,6 +29,8 @@ class Host:
     log_tail: Callable[[], str] | None = None  # llama.cpp's last error lines: why a quantize was refused
     llama_logger: str = ""  # the logger the host sends llama.cpp's lines to: quiet unless -v
     errors: tuple[type[BaseException], ...] = ()  # the host's typed errors: one line and exit 2, as ours
+    check_flags: Callable[[argparse.ArgumentParser], Any] | None = None  # the host's flag ranges, applied to
+    # the parser (omnidraft: cliutil.apply_ranges); standalone, --threads and --seed must not be negative
 
 
 def _model_help(host: Host) -> str:
@@ -102,7 +104,27 @@ def _parser(host: Host) -> argparse.ArgumentParser:
     s.add_argument("a", metavar="A", help=model_help)
     s.add_argument("b", metavar="B", help="second model, same forms as A")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
+    (host.check_flags or _non_negative)(p)
     return p
+
+
+def _non_negative(parser: argparse.ArgumentParser) -> None:
+    """Standalone: every integer flag (--threads, --seed) refused below 0 at parse time, naming the flag."""
+    def nonneg(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+        return v
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _non_negative(sub)
+        elif action.type is int:
+            action.type = nonneg
 
 
 def _run(args: argparse.Namespace, host: Host) -> None:

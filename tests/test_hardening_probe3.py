@@ -44,3 +44,55 @@ def test_a_chat_of_too_many_messages_is_refused_before_the_engine():
         chat.validate_messages(body["messages"])
     ok = {"messages": [{"role": "user", "content": "x"}] * chat.MAX_MESSAGES}
     assert len(parse_request(ok, "chat", 4096, ("fake-target",)).messages) == chat.MAX_MESSAGES
+
+
+# ------------------------------------------------------------------ row 6: one flag-range table
+def _numeric_actions(parser, command=""):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _numeric_actions(sub, f"{command} {name}".strip())
+        elif action.type in (int, float) or hasattr(action.type, "range"):
+            yield f"{command} {action.option_strings or action.dest}", action
+
+
+def test_every_numeric_flag_of_every_command_is_range_checked():
+    from gguf_tools.cli import _parser
+    from omnidraft.apps.cli import build_parser
+    from omnidraft.apps.gguf import host
+
+    actions = list(_numeric_actions(build_parser())) + list(_numeric_actions(_parser(host()), "gguf"))
+    assert len(actions) > 100
+    unchecked = [name for name, a in actions if not hasattr(a.type, "range")]
+    assert not unchecked, f"numeric flags without a range (add them to cliutil.FLAG_RANGES): {unchecked}"
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["trainer", "serve", "--port", "70000"], "--port"), (["trainer", "serve", "--port", "83968"], "--port"),
+    (["trainer", "serve", "--interval", "-5"], "--interval"), (["trainer", "serve", "--lr", "nan"], "--lr"),
+    (["trainer", "serve", "--epochs", "-3"], "--epochs"), (["trainer", "serve", "--max-len", "0"], "--max-len"),
+    (["trainer", "serve", "--threads", "-3"], "--threads"), (["generate", "-k", "0", "x"], "--k/-k"),
+    (["generate", "--n-ctx", "0", "x"], "--n-ctx"), (["generate", "--n-ctx", "10", "x"], "--n-ctx"),
+    (["generate", "--draft-n-ctx", "1", "x"], "--draft-n-ctx"), (["generate", "--threads", "-3", "x"], "--threads"),
+    (["generate", "--max-tokens", "0", "x"], "--max-tokens"), (["generate", "--temp", "inf", "x"], "--temp"),
+    (["bench", "peer", "--n", "0"], "--n"), (["serve", "--draft-threads", "-1"], "--draft-threads"),
+    (["gguf", "quantize", "a.gguf", "b.gguf", "-t", "q4_0", "--threads", "-1"], "--threads"),
+])
+def test_a_flag_out_of_range_stops_the_command_naming_it(capsys, argv, flag):
+    from omnidraft.apps.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {flag}" in err and "must be" in err, err
+
+
+def test_gguf_tools_standalone_refuse_negative_counts(capsys):
+    from gguf_tools.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["synth", "a.gguf", "b.gguf", "--seed", "-1"])
+    assert e.value.code == 2 and "argument --seed: must be an integer >= 0" in capsys.readouterr().err

@@ -27,6 +27,62 @@ Range = tuple[float | None, float | None]  # inclusive bounds; None: unbounded o
 TRAINER_TOKEN_ENV = "OMNIDRAFT_TRAINER_TOKEN"
 
 
+_BIG = 10 ** 9  # counts with no natural ceiling: large enough for any real run, small enough to refuse typos
+_THREADS, _SEED = (0, 1024), (0, 2 ** 64 - 1)
+_SHARE = (0.0, 1.0)
+_LR = (1e-12, 10.0)
+# The one flag-range table: inclusive bounds of every numeric flag of every command, by the flag's name
+# (its dest); "COMMAND:name" (the command path, e.g. "bench peer:n") overrides for one command.  Checked
+# while the command line is parsed (``apply_ranges``, run by omnidraft.apps.cli.build_parser on every
+# parser and by ``omnidraft gguf``), so a bad value stops the command, naming the flag, before anything
+# loads.  A numeric flag missing here fails tests/test_hardening_probe3.py; a dataclass field may carry
+# its own "range" in its metadata instead (ServerConfig's do).
+FLAG_RANGES: dict[str, Range] = {
+    # model settings (omnidraft.runtime.session.Settings: generate, serve, adapt)
+    "k": (1, 32), "p_min": _SHARE, "n_ctx": (64, 1 << 20), "draft_n_ctx": (64, 1 << 20),
+    "threads": _THREADS, "draft_threads": _THREADS, "gpu_layers": (-1, 100_000), "ngram_budget_kb": (0, 1 << 24),
+    # sampling (generate)
+    "max_tokens": (1, 1 << 20), "temp": (0.0, 100.0), "temperature": (0.0, 100.0), "top_p": _SHARE,
+    "top_k": (0, 1 << 20), "seed": _SEED,
+    # the trainer (trainer serve, adapt, distill train)
+    "port": (0, 65535), "interval": (1, _BIG), "lam": (0.0, 100.0), "prompt_lam": (0.0, 100.0), "lr": _LR,
+    "weight_decay": (0.0, 10.0), "lora_rank": (0, 4096), "max_len": (8, 1 << 20), "epochs": (1, 100_000),
+    "replay_ratio": (0.0, 1000.0), "recent": (0, _BIG), "recent_ratio": (0.0, 1000.0), "keep": (1, 100_000),
+    "check_tokens": (1, 4096),
+    # adapt
+    "n_train": (1, _BIG), "n_heldout": (1, _BIG), "n_old": (0, _BIG), "eval_every": (1, _BIG),
+    "eval_max_tokens": (1, 1 << 20), "eval_k": (1, 32), "record_topk": (0, 1024), "n_replay": (0, _BIG),
+    # bench
+    "n": (1, _BIG), "verify_batch": (0, 4096), "adaptive_k": (0, 32), "rounds": (1, 100_000),
+    "max_n": (1, 4096), "repeats": (1, 100_000),
+    # distill
+    "code": (0, _BIG), "code_other": (0, _BIG), "nl": (0, _BIG), "chat": (0, _BIG), "gen_code": (0, _BIG),
+    "gen_code_other": (0, _BIG), "gen_nl": (0, _BIG), "gen_chat": (0, _BIG), "man": (0, _BIG),
+    "gen_man": (0, _BIG), "windows_per_file": (1, _BIG), "val_share": _SHARE, "workers": _THREADS,
+    "topk": (1, 4096), "gen_tokens": (1, 1 << 20), "gen_batch": (1, 1 << 20), "batch_tokens": (1, 1 << 30),
+    "distill train:epochs": (1e-6, 100_000.0), "max_minutes": (0.0, 1e7), "max_steps": (0, _BIG),
+    "accum": (1, 1 << 20),
+}
+
+
+def apply_ranges(parser: argparse.ArgumentParser, command: str = "") -> list[str]:
+    """Give every plain ``int`` / ``float`` flag of ``parser`` and its subcommands its FLAG_RANGES bounds.
+
+    Returns the flags (as "command:name") that are numeric and have no range: a test keeps it empty."""
+    missing = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                missing += apply_ranges(sub, f"{command} {name}".strip())
+        elif action.type in (int, float):
+            bounds = FLAG_RANGES.get(f"{command}:{action.dest}") or FLAG_RANGES.get(action.dest)
+            if bounds is None:
+                missing.append(f"{command}:{action.dest}")
+            else:
+                action.type = bounded(action.type, *bounds)
+    return missing
+
+
 def bounded(kind: type, lo: float | None = None, hi: float | None = None) -> Callable[[str], int | float]:
     """An argparse ``type``: a ``kind`` (int or float) within [lo, hi].
 
@@ -45,6 +101,7 @@ def bounded(kind: type, lo: float | None = None, hi: float | None = None) -> Cal
             raise argparse.ArgumentTypeError(f"must be {words} {span}, got {text}")
         return v
 
+    parse.range = (lo, hi)  # type: ignore[attr-defined]  # what apply_ranges and its test look for
     return parse
 
 

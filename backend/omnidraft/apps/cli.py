@@ -17,7 +17,7 @@ import logging
 import sys
 
 from omnidraft.assets import models
-from omnidraft.cliutil import add_dataclass_args, dataclass_from_args  # noqa: F401 - re-exported for callers
+from omnidraft.cliutil import add_dataclass_args, apply_ranges, dataclass_from_args  # noqa: F401 - re-exported
 from omnidraft.errors import OmniDraftError
 
 log = logging.getLogger("omnidraft")
@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     gg.add_argument("rest", nargs=argparse.REMAINDER)
     gg.set_defaults(func=None)
     _add_extra_commands(sub)
+    apply_ranges(p)  # every numeric flag of every command range-checked at parse time (cliutil.FLAG_RANGES)
     return p
 
 

@@ -10,6 +10,7 @@ from gguf_tools import cli as gguf_cli
 
 def host() -> gguf_cli.Host:
     from omnidraft.assets import models
+    from omnidraft.cliutil import apply_ranges
     from omnidraft.errors import OmniDraftError
     from omnidraft.llama import log as llama_log
     from omnidraft.llama.engine import Engine, EngineConfig
@@ -17,7 +18,7 @@ def host() -> gguf_cli.Host:
     return gguf_cli.Host(resolve=models.resolve, names=tuple(models.REGISTRY),
                          open_vocab=lambda path: Engine(path, EngineConfig(vocab_only=True)),
                          log_tail=llama_log.SINK.take_recent, llama_logger=llama_log.log.name,
-                         errors=(OmniDraftError,))
+                         errors=(OmniDraftError,), check_flags=apply_ranges)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,12 +14,6 @@ log = logging.getLogger("omnidraft.server")
 OUTBOX_MAX_BYTES = 256 * 1024 * 1024
 
 
-# Bounds of the model settings' numeric flags, checked at parse time (ServerConfig's own carry a "range").
-SETTINGS_RANGES = {
-    "k": (1, 32), "p_min": (0.0, 1.0), "n_ctx": (64, 1 << 20), "draft_n_ctx": (64, 1 << 20),
-    "threads": (0, 1024), "ngram_budget_kb": (0, 1 << 24),
-}
-
 
 def _add_config_args(parser: argparse.ArgumentParser, cls) -> None:
     """Like ``omnidraft.apps.cli.add_dataclass_args``, plus repeatable flags for list fields."""
@@ -48,7 +42,7 @@ def register(sub) -> None:
         epilog="Example: omnidraft serve --port 8080, then point any OpenAI client at "
                "http://127.0.0.1:8080/v1 (or open http://127.0.0.1:8080/app/ on the phone).")
     _add_config_args(p, ServerConfig)
-    add_dataclass_args(p, Settings, SETTINGS_RANGES)
+    add_dataclass_args(p, Settings)  # ranged by omnidraft.cliutil.FLAG_RANGES (build_parser)
     p.set_defaults(func=cmd_serve)
 
 
