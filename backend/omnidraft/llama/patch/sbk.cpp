@@ -446,8 +446,8 @@ size_t table_floats(int type, int n, int64_t nb) {
 
 acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
     const bool q4k = type == SBK_TYPE_Q4_K;
-    float * t = TABLE;
-    const acts a = {act, stride, nb, t, t + sums_offset(n, nb)};
+    float * t = TABLE, * sums = TABLE + sums_offset(n, nb);
+    const acts a = {act, stride, nb, t, sums};
     for (int j = 0; j < n; j++) {
         for (int64_t i = 0; i < nb; i++) {
             float * d = t + j * nb + i;
@@ -457,7 +457,7 @@ acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
                 if (q4k) {  // bsums are per 16 quants: add them in pairs (vpaddq: the order of x86's hadd)
                     const int16x8_t pairs = vpaddq_s16(s16(y + 4 + QK_K), s16(y + 4 + QK_K + 16));
                     const float32x4_t dd = vdupq_n_f32(*d);
-                    float * s = (float *) a.sums + (j * nb + i) * 8;
+                    float * s = sums + (j * nb + i) * 8;
                     vst1q_f32(s, vmulq_f32(dd, vcvtq_f32_s32(vmovl_s16(vget_low_s16(pairs)))));
                     vst1q_f32(s + 4, vmulq_f32(dd, vcvtq_f32_s32(vmovl_high_s16(pairs))));
                 }
