@@ -37,6 +37,7 @@ _HPARAMS = {
 
 
 _ARRAY, _STRING = int(gguf.GGUFValueType.ARRAY), int(gguf.GGUFValueType.STRING)
+MAX_NESTING = 8  # arrays of arrays deeper than this are refused (5,000 deep blew Python's recursion limit)
 
 
 class _Reader(gguf.GGUFReader):
@@ -60,10 +61,13 @@ class _Reader(gguf.GGUFReader):
         self._data = value.view(np.ndarray)
 
     def _get(self, offset: int, dtype, count: int = 1, override_order=None) -> np.ndarray:
-        count = int(count)
+        count, offset = int(count), int(offset)
         size = self._itemsize.get(dtype)
         if size is None:
             size = self._itemsize[dtype] = np.dtype(dtype).itemsize
+        if offset < 0 or offset + size * count > len(self._data):  # a length or offset claiming more than the file
+            raise ValueError(f"a value at byte {offset:,} claims {size * count:,} bytes, past the end of the file "
+                             f"({len(self._data):,} bytes)")
         arr = self._data[offset:offset + size * count].view(dtype)[:count]
         order = self.byte_order if override_order is None else override_order
         return arr if order == "I" else arr.view(arr.dtype.newbyteorder(order))  # 'I': host order, as is
@@ -76,8 +80,14 @@ class _Reader(gguf.GGUFReader):
         raw_itype = self._get(orig_offs, np.uint32)
         itype = int(raw_itype[0])
         nptype = None if itype == _STRING else self.gguf_scalar_to_np.get(gguf.GGUFValueType(itype))
-        if itype != _STRING and nptype is None:  # arrays of arrays: gguf-py's own loop
-            return super()._get_field_parts(orig_offs, raw_type)
+        if itype != _STRING and nptype is None:  # arrays of arrays: gguf-py's own loop, which recurses
+            depth = self._depth = getattr(self, "_depth", 0) + 1
+            try:
+                if depth > MAX_NESTING:
+                    raise ValueError(f"arrays nested more than {MAX_NESTING} deep at byte {orig_offs:,}")
+                return super()._get_field_parts(orig_offs, raw_type)
+            finally:
+                self._depth = depth - 1
         alen = self._get(orig_offs + 4, np.uint64)
         parts, idxs, data, offs = [raw_itype, alen], [], self._data, orig_offs + 12
         if itype == _STRING:
@@ -110,15 +120,28 @@ def read(path: str | os.PathLike) -> gguf.GGUFReader:
     check_header(path)
     try:
         reader = _Reader(path)
-    except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError) as e:
+    except (ValueError, IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError,
+            RecursionError) as e:
         raise InvalidFile(f"{path}: corrupt or truncated GGUF file ({type(e).__name__}: {e})") from None
     size = path.stat().st_size
     for t in reader.tensors:
-        end = t.data_offset + t.n_bytes
-        if end > size:
-            raise InvalidFile(
-                f"{path}: truncated: tensor {t.name!r} ends at byte {end:,} but the file has {size:,} bytes")
+        start, end = _extent(reader, t)
+        if start < reader.data_offset or end > size:
+            raise InvalidFile(f"{path}: truncated or corrupt: tensor {t.name!r} claims bytes {start:,}..{end:,} "
+                              f"but its data must lie within bytes {reader.data_offset:,}..{size:,} of the file")
     return reader
+
+
+def _extent(reader: gguf.GGUFReader, t) -> tuple[int, int]:
+    """Where tensor ``t``'s data lies, [start, end) in bytes, from its header fields in Python integers
+    (gguf-py adds them in numpy's uint64: an offset of 2**64-16 wrapped round to a place inside the file)."""
+    dims, offset = t.field.parts[3], t.field.parts[5]
+    n = 1
+    for d in dims.tolist():
+        n *= int(d)
+    block, type_size = gguf.GGML_QUANT_SIZES[t.tensor_type]
+    start = reader.data_offset + int(offset[0])
+    return start, start + n * type_size // block
 
 
 def field_value(reader: gguf.GGUFReader, key: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import time
 
 import pytest
@@ -96,3 +97,53 @@ def test_gguf_tools_standalone_refuse_negative_counts(capsys):
     with pytest.raises(SystemExit) as e:
         main(["synth", "a.gguf", "b.gguf", "--seed", "-1"])
     assert e.value.code == 2 and "argument --seed: must be an integer >= 0" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ row 7: crafted GGUF files
+def _gguf(kvs: list[bytes], tensors: list[bytes], data: bytes = b"\0" * 64) -> bytes:
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs) + b"".join(tensors)
+    return head + b"\0" * (-len(head) % 32) + data
+
+
+def _s(b: bytes) -> bytes:
+    return struct.pack("<Q", len(b)) + b
+
+
+_ARCH = _s(b"general.architecture") + struct.pack("<I", 8) + _s(b"llama")
+
+
+def _tensor(offset: int) -> bytes:  # one F32 tensor of 16 values (64 bytes) at ``offset`` in the data section
+    return _s(b"t") + struct.pack("<IQIQ", 1, 16, 0, offset)
+
+
+CRAFTED = {
+    "nested 5,000 deep": (_gguf([_ARCH, _s(b"a") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 5000
+                                 + struct.pack("<IQ", 0, 0)], []), "nested more than"),
+    "string of 2**63 bytes": (_gguf([_ARCH, _s(b"general.name") + struct.pack("<IQ", 8, 2 ** 63) + b"abc"], []),
+                              "past the end of the file"),
+    "tensor offset 2**64-16": (_gguf([_ARCH], [_tensor(2 ** 64 - 16)]), "tensor 't' claims bytes"),
+    "tensor past the end": (_gguf([_ARCH], [_tensor(32)]), "past the end of the file"),
+}
+
+
+@pytest.mark.parametrize("command", ["inspect", "synth"])
+@pytest.mark.parametrize("name", list(CRAFTED))
+def test_a_crafted_gguf_is_a_one_line_error(tmp_path, capsys, command, name):
+    from omnidraft.apps.cli import main
+
+    data, why = CRAFTED[name]
+    path = tmp_path / "crafted.gguf"
+    path.write_bytes(data)
+    argv = ["gguf", command, str(path)] + ([str(tmp_path / "skel.gguf")] if command == "synth" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and why in err, err
+    assert not (tmp_path / "skel.gguf").exists()
+
+
+def test_a_tensor_inside_the_file_still_inspects(tmp_path, capsys):
+    from omnidraft.apps.cli import main
+
+    path = tmp_path / "ok.gguf"
+    path.write_bytes(_gguf([_ARCH], [_tensor(0)]))
+    assert main(["gguf", "inspect", str(path)]) == 0
