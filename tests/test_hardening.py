@@ -303,9 +303,27 @@ def test_corrupt_registry_current_is_a_one_line_error(trainer, tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "CURRENT" in err and "\n" not in err
     r = trainer_app(trainer).test_client().get("/v1/status", headers={"Authorization": f"Bearer {trainer.token}"})
-    assert r.status_code == 500 and r.is_json and "CURRENT" in r.get_json()["error"]
+    # issue 45 row 5: the status keeps answering (it was 500), with the problem and the counts
+    assert r.status_code == 200 and "CURRENT" in r.get_json()["registry_problem"]
+    assert r.get_json()["current"] is None and "untrained" in r.get_json() and "quarantine" in r.get_json()
     assert cli_main(["drafter", "rollback", "base", "--state-dir", str(state)]) == 0  # the repair
     assert cli_main(["drafter", "list", "--state-dir", str(state)]) == 0
+
+
+def test_current_naming_a_corrupt_version_leaves_the_status_answering(trainer, tmp_path):
+    """Issue 45 row 5: CURRENT naming a version whose file fails its check made GET /v1/status answer 500
+    VersionCorrupt, and the counts and the quarantine vanished with it."""
+    gguf = tmp_path / "d.gguf"
+    gguf.write_bytes(b"GGUF" + b"a" * 100)
+    v = trainer.registry.publish(gguf)
+    with open(trainer.registry.versions / v / "model.gguf", "r+b") as f:
+        f.seek(50)
+        f.write(b"b")
+    trainer.registry._checked.clear()
+    r = trainer_app(trainer).test_client().get("/v1/status", headers={"Authorization": f"Bearer {trainer.token}"})
+    st = r.get_json()
+    assert r.status_code == 200 and st["current"] == v and v in st["registry_problem"]
+    assert "sha256" in st["registry_problem"] and "untrained" in st and st["quarantine"] == []
 
 
 # --------------------------------------------------------------- 7: gzip bomb

@@ -308,22 +308,30 @@ def test_a_version_whose_checksum_was_edited_is_refused(tmp_path):
         DrafterRegistry(tmp_path / "reg").current()
 
 
-def test_a_version_published_before_checksums_is_still_served_with_a_warning(tmp_path, caplog):
+def test_a_version_without_a_checksum_is_refused_like_a_mismatch(tmp_path):
+    """Issue 45 row 4: a meta.json lacking sha256 (an older build's, or edited) with flipped tensor bytes
+    was swapped in silently; docs/RECORDS.md says such versions are refused the same way."""
     reg = DrafterRegistry(tmp_path / "reg")
     v = reg.publish(_blob(tmp_path, "a.gguf", b"GGUF" + b"a" * 100))
     meta_path = reg.versions / v / "meta.json"
     m = json.loads(meta_path.read_text())
     del m["sha256"]  # as an older build wrote it
     meta_path.write_text(json.dumps(m))
-    with caplog.at_level("WARNING", logger="omnidraft.online.registry"):
-        assert DrafterRegistry(tmp_path / "reg").current()[0] == v
-    assert "without a sha256" in caplog.text
+    with open(reg.versions / v / "model.gguf", "r+b") as f:  # and a flipped byte nothing can see
+        f.seek(50)
+        f.write(b"b")
+    with pytest.raises(RegistryCorrupt, match="no sha256") as e:
+        DrafterRegistry(tmp_path / "reg").current()
+    assert e.value.version == v and "\n" not in str(e.value)
+    with pytest.raises(BadRequest, match="no sha256"):
+        reg.rollback(v)
+    reg.rollback("base") if reg.path_of("base") else None
 
 
 class _SwapSession:
     """Only what Session.maybe_swap touches; load_drafter records what it was asked to load."""
 
-    maybe_swap = Session.maybe_swap
+    maybe_swap, _refuse = Session.maybe_swap, Session._refuse
 
     def __init__(self, registry):
         self.registry, self.drafter_version, self.pair = registry, "base", None

@@ -122,12 +122,11 @@ class DrafterRegistry:
             want = json.loads((d / "meta.json").read_text()).get("sha256")
         except (OSError, ValueError, AttributeError) as e:
             return f"registry {self.root}: drafter {version} has an unreadable meta.json ({e}), so no sha256; {fix}"
-        if "sha256" not in json.loads((d / "meta.json").read_text()):
-            # published before checksums existed: refusing it would strand every registry made by an older
-            # build (its server and trainer could load nothing until a rollback); it is trusted as before
-            log.warning("registry %s: drafter %s was published without a sha256 (an older build): not verified",
-                        self.root, version)
-            return None
+        if want is None:
+            # published before checksums existed (or its sha256 removed): nothing says the file is the one
+            # published, so it is refused like a mismatch (docs/RECORDS.md); the drafter in use keeps serving
+            return (f"registry {self.root}: drafter {version} has no sha256 in its meta.json (published by an "
+                    f"older build, or edited), so its file cannot be checked; publish it again, or {fix}")
         if not isinstance(want, str):
             return f"registry {self.root}: drafter {version} has an unusable sha256 in its meta.json; {fix}"
         got = _sha256(d / "model.gguf")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from omnidraft import httpguard
 from omnidraft.assets import models
-from omnidraft.errors import BadRequest, OmniDraftError
+from omnidraft.errors import BadRequest, OmniDraftError, RegistryCorrupt
 from omnidraft.online.records import RecordError, validate
 from omnidraft.online.registry import DrafterRegistry
 from omnidraft.vocab.bridge import vocab_fingerprint
@@ -182,9 +182,17 @@ class Trainer:
         return {"accepted": new, "duplicates": dup, "rejected": 0}
 
     def status(self) -> dict:
-        cur = self.registry.current()
+        """Counts, quarantine and history.  A registry that cannot be read (a corrupt CURRENT, a version whose
+        file fails its check) shows in "registry_problem" (and "current" is the version CURRENT names, or
+        None), never as a failed status."""
+        try:
+            cur = self.registry.current()
+            current, problem = cur[0] if cur else "base", None
+        except RegistryCorrupt as e:
+            current, problem = getattr(e, "version", None), str(e)
         return {**self.inbox.counts(), "updates": self.updates, "steps": self.steps_total, "busy": self.busy,
-                "current": cur[0] if cur else "base", "interval": self.cfg.interval, "last_error": self.last_error,
+                "current": current, "registry_problem": problem, "interval": self.cfg.interval,
+                "last_error": self.last_error,
                 "discarded_updates": self.discarded, "quarantine": self.inbox.quarantined(5),
                 "history": self.history[-5:]}
 
