@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import struct
 import time
 
@@ -147,3 +149,52 @@ def test_a_tensor_inside_the_file_still_inspects(tmp_path, capsys):
     path = tmp_path / "ok.gguf"
     path.write_bytes(_gguf([_ARCH], [_tensor(0)]))
     assert main(["gguf", "inspect", str(path)]) == 0
+
+
+# ------------------------------------------------------------------ rows 11, 12: state files
+def _mode(path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+def test_outbox_and_inbox_files_are_private(tmp_path):
+    from omnidraft.online.outbox import Outbox
+    from omnidraft.trainer.store import Inbox
+
+    old = tmp_path / "old-inbox.sqlite"
+    sqlite3.connect(old).execute("CREATE TABLE t (x)").connection.commit()
+    os.chmod(old, 0o644)  # as an older build left it
+    box, inbox, old_inbox = Outbox(tmp_path / "outbox.sqlite"), Inbox(tmp_path / "inbox.sqlite"), Inbox(old)
+    box.put({"id": "r1", "x": 1})  # a write: the WAL exists now
+    inbox.add([{"id": "r1", "x": 1}])
+    old_inbox.add([{"id": "r1", "x": 1}])
+    files = [p for p in tmp_path.iterdir() if p.name.endswith((".sqlite", "-wal", "-shm"))]
+    assert len(files) == 9  # three databases, each with its WAL and shared memory
+    assert {p.name: _mode(p) for p in files} == {p.name: 0o600 for p in files}
+
+
+def test_a_corrupt_inbox_is_set_aside_and_a_fresh_one_starts(tmp_path, caplog):
+    from omnidraft.trainer.store import Inbox
+
+    db = tmp_path / "inbox.sqlite"
+    db.write_bytes(b"SQLite format 3\0" + os.urandom(4096))  # the header, then garbage
+    with caplog.at_level("WARNING"):
+        inbox = Inbox(db)  # was: sqlite3.DatabaseError traceback, the trainer did not start
+    assert inbox.add([{"id": "r1"}]) == (1, 0) and inbox.counts()["untrained"] == 1
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("inbox.sqlite.corrupt-")]
+    assert aside and "set aside" in caplog.text
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["serve", "--registry", "/etc/passwd"], "drafter registry /etc/passwd"),
+    (["serve", "--state-dir", "/proc/1"], "--state-dir /proc/1"),
+    (["generate", "--state-dir", "/etc/passwd", "hi"], "--state-dir /etc/passwd"),
+    (["trainer", "serve", "--state-dir", "/proc/1"], "--state-dir /proc/1"),
+])
+def test_a_bad_state_path_is_one_line_before_anything_loads(monkeypatch, capsys, argv, says):
+    from omnidraft.apps.cli import main
+    from omnidraft.llama import invariance
+
+    monkeypatch.setattr(invariance, "load_target", lambda *a, **k: pytest.fail("loaded a model first"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and says in err[-1], err

@@ -11,6 +11,22 @@ import os
 from pathlib import Path
 
 
+def check_dir(path: Path, flag: str) -> None:
+    """Raise BadRequest (one line naming ``flag``) unless ``path`` is a directory this process can write to
+    (made if missing): checked at start-up, so a bad one stops a command before it loads or measures."""
+    from omnidraft.errors import BadRequest
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-check.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise BadRequest(f"{flag} {path}: not a directory this process can write to "
+                         f"({e.strerror or type(e).__name__})") from None
+
+
 def read(path: Path, key: str) -> dict | None:
     """The entry under ``key``, or None (no file, no entry, or not a JSON table)."""
     try:

@@ -37,6 +37,8 @@ import urllib.request
 import zlib
 from pathlib import Path
 
+from omnidraft import sqlitefile
+
 log = logging.getLogger(__name__)
 
 _SCHEMA = """
@@ -64,17 +66,11 @@ class Outbox:
         except sqlite3.DatabaseError as e:  # not a database, or a damaged one: keep it aside, start fresh
             if getattr(self, "_db", None) is not None:
                 self._db.close()
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-            for suffix in ("", "-wal", "-shm"):
-                p = Path(str(self.path) + suffix)
-                if p.exists():
-                    p.replace(str(aside) + suffix)
-            log.warning("outbox %s is unreadable (%s): set aside as %s; starting an empty outbox",
-                        self.path, e, aside.name)
+            sqlitefile.set_aside(self.path, e, "outbox")
             self._open()
 
     def _open(self) -> None:
-        self._db = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
+        self._db = sqlitefile.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)

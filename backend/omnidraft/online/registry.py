@@ -60,7 +60,11 @@ class DrafterRegistry:
         self.root = Path(root)
         self.keep = max(1, keep)
         self.versions = self.root / "versions"
-        self.versions.mkdir(parents=True, exist_ok=True)
+        try:
+            self.versions.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file, /proc, no permission: one line, not a traceback
+            raise BadRequest(f"drafter registry {self.root}: cannot use it as a directory "
+                             f"({e.strerror or type(e).__name__})") from None
         self._checked: dict[str, tuple[tuple, str | None]] = {}  # version -> (file signature, error or None)
         for stale in self.versions.glob(".tmp-*"):  # a publish that crashed half-way
             shutil.rmtree(stale, ignore_errors=True)

@@ -70,6 +70,7 @@ class Session:
             raise BadRequest(f"unknown method {settings.method!r}; choose from {', '.join(METHODS)}")
         self.settings = settings
         self.state_dir = Path(settings.state_dir) if settings.state_dir else models.cache_dir() / "state"
+        statefile.check_dir(self.state_dir, "--state-dir")  # before loading and measuring, which write there
         if settings.kernels not in KERNEL_CHOICES:
             raise BadRequest(f"kernels must be auto, exact or fast, not {settings.kernels!r}")
         self.draft: Engine | None = None

@@ -82,10 +82,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     record_fns = (Outbox, Uploader, build_record) if cfg.trainer_url else None
 
+    registry = DrafterRegistry(cfg.registry) if cfg.registry else None  # a bad path stops here, before measuring
     session = Session(dataclass_from_args(Settings, args))
     try:
-        if cfg.registry:
-            session.registry = WatchedRegistry(DrafterRegistry(cfg.registry))
+        if registry is not None:
+            session.registry = WatchedRegistry(registry)
         session.warm_up()  # load and time now, so the first request does not pay for it
         return _serve(session, cfg, record_fns)
     finally:

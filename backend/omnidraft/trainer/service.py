@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from omnidraft import httpguard
+from omnidraft import httpguard, statefile
 from omnidraft.assets import models
 from omnidraft.errors import BadRequest, OmniDraftError, RegistryCorrupt
 from omnidraft.online.records import RecordError, validate
@@ -130,6 +130,7 @@ class Trainer:
         self.cfg = cfg
         self.base_path = models.resolve(cfg.base)
         root = cfg.root()
+        statefile.check_dir(root, "--state-dir")  # one line, not a traceback from the token or the inbox
         self.token = cfg.token or httpguard.load_or_create_token(root / httpguard.TOKEN_FILE)
         self.inbox = Inbox(root / "inbox.sqlite")
         self.registry = DrafterRegistry(root / "registry", keep=cfg.keep, base_path=self.base_path)

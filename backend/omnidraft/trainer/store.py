@@ -13,15 +13,27 @@ import time
 import zlib
 from pathlib import Path
 
+from omnidraft import sqlitefile
+
 
 PENDING, QUARANTINED, SKIPPED = 0, -1, -2
 
 
 class Inbox:
     def __init__(self, path: str | Path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as e:  # not a database, or a damaged one: keep it aside, start fresh
+            if getattr(self, "_db", None) is not None:
+                self._db.close()
+            sqlitefile.set_aside(self.path, e, "inbox")
+            self._open()
+
+    def _open(self) -> None:
+        """Open (mode 0600, with its WAL) and read every row's header: most damage shows here, not mid-update."""
+        self._db = sqlitefile.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
@@ -31,6 +43,7 @@ class Inbox:
         for col, kind in (("note", "TEXT"), ("noted", "REAL")):  # an inbox from before quarantine existed
             if col not in have:
                 self._db.execute(f"ALTER TABLE records ADD COLUMN {col} {kind}")
+        self._db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0), MAX(trained) FROM records").fetchone()
 
     def add(self, records: list[dict]) -> tuple[int, int]:
         """Store records in one transaction; return (new, duplicates)."""
