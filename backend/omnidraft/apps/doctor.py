@@ -69,7 +69,7 @@ def build_section() -> tuple[list[str], list[str]]:
 
 
 _SBQ4_NAMES = {0: "compiled in but idle (no AVX2 in this build)", 1: "AVX2", 2: "AVX-VNNI (256-bit)",
-               3: "AVX-512 VNNI"}
+               3: "AVX-512 VNNI", 4: "NEON dotprod"}
 
 
 def _sbq4_line() -> str:
@@ -85,7 +85,8 @@ def _sbk_line() -> str:
     variant = llama_build.sbk_variant()
     if variant is None:
         return ("not in this build; Q4_K_M / Q8_0 batches use ggml's kernels (2-3x a decode for 4 rows on AVX2)"
-                if llama_build.is_x86() else "not in this build (x86 only); ggml's ARM kernels run")
+                if llama_build.is_x86() else "not in this build (setup patches x86 builds only; the aarch64 "
+                "variant is tested under qemu, not yet built into llama.cpp); ggml's ARM kernels run")
     state = "on" if llama_build.sbk_active() else "off for this process (OMNIDRAFT_SBQ4=0)"
     return (f"{_SBQ4_NAMES.get(variant, variant)}, {state}: exact-mode Q4_K / Q6_K / Q5_0 / Q8_0 batches of 1-8 "
             "rows (Q4_K_M files as downloaded), bit-identical to decoding")

@@ -1,4 +1,5 @@
-// sbk: omnidraft's small-batch products for Q4_K, Q6_K, Q8_0 and Q5_0 weights (ggml's CPU backend, x86).
+// sbk: omnidraft's small-batch products for Q4_K, Q6_K, Q8_0 and Q5_0 weights (ggml's CPU backend;
+// x86 AVX2 and up, and aarch64 NEON with dotprod, checked under qemu: the real ARM build does not carry it yet).
 //
 // Why.  Q4_K_M files (what users download) hold Q4_K and Q6_K matrices; ggml multiplies them by 1..7
 // rows with one vec_dot per (weight row, activation row), unpacking every weight block again for every
