@@ -198,3 +198,29 @@ def test_a_bad_state_path_is_one_line_before_anything_loads(monkeypatch, capsys,
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and says in err[-1], err
+
+
+# ------------------------------------------------------------------ row 9: API key length
+@pytest.mark.parametrize("key", ["k", "fifteen-chars-k"])
+def test_a_short_api_key_is_refused_beyond_loopback(monkeypatch, tmp_path, capsys, key):
+    from omnidraft.apps.cli import main
+    from omnidraft.llama import invariance
+
+    monkeypatch.delenv("OMNIDRAFT_API_KEY", raising=False)
+    monkeypatch.setattr(invariance, "load_target", lambda *a, **k: pytest.fail("loaded a model first"))
+    path = tmp_path / "key"
+    path.write_text(key + "\n")
+    assert main(["serve", "--host", "0.0.0.0", "--api-key-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{len(key)}-character API key" in err and "at least 16" in err
+
+
+def test_a_16_character_api_key_passes_the_checks(monkeypatch, tmp_path):
+    from omnidraft.apps.cli import build_parser
+    from omnidraft.server.cli import checked_config
+
+    monkeypatch.delenv("OMNIDRAFT_API_KEY", raising=False)
+    path = tmp_path / "key"
+    path.write_text("sixteen-chars-k!")
+    cfg = checked_config(build_parser().parse_args(["serve", "--host", "0.0.0.0", "--api-key-file", str(path)]))
+    assert cfg.api_key == "sixteen-chars-k!"

@@ -25,6 +25,9 @@ log = logging.getLogger("omnidraft")
 Range = tuple[float | None, float | None]  # inclusive bounds; None: unbounded on that side
 # where the trainer's shared token may come from, for `trainer serve` and for the server that uploads to it
 TRAINER_TOKEN_ENV = "OMNIDRAFT_TRAINER_TOKEN"
+# characters a secret needs when a server binds beyond loopback (the API key, the trainer's token): shorter
+# ones could be guessed from the network
+MIN_NETWORK_SECRET = 16
 
 
 _BIG = 10 ** 9  # counts with no natural ceiling: large enough for any real run, small enough to refuse typos

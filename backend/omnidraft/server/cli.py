@@ -50,7 +50,7 @@ def checked_config(args: argparse.Namespace):
     """The ServerConfig of these flags with its secrets resolved, or an OmniDraftError naming what is wrong.
 
     Everything a bad start-up can be refused for is refused here, before a model loads."""
-    from ..cliutil import dataclass_from_args, read_secret
+    from ..cliutil import MIN_NETWORK_SECRET, dataclass_from_args, read_secret
     from ..errors import BadRequest
     from .config import API_KEY_ENV, TRAINER_TOKEN_ENV, ServerConfig
 
@@ -63,6 +63,10 @@ def checked_config(args: argparse.Namespace):
         raise BadRequest(f"refusing to bind {cfg.host!r} (not loopback) without an API key: anyone on the network "
                          f"could use this machine's CPU. Give --api-key-file PATH, ${API_KEY_ENV} or --api-key KEY, "
                          f"or bind 127.0.0.1.")
+    if not cfg.is_loopback() and len(cfg.api_key) < MIN_NETWORK_SECRET:
+        raise BadRequest(f"refusing to bind {cfg.host!r} (not loopback) with a {len(cfg.api_key)}-character API key: "
+                         f"give one of at least {MIN_NETWORK_SECRET} characters (the trainer's token's minimum), "
+                         f"or bind 127.0.0.1")
     if cfg.threads() < cfg.queue_size + 2:
         raise BadRequest(f"--http-threads {cfg.http_threads} cannot hold --queue-size {cfg.queue_size} waiting "
                          f"requests plus the running one and /health: extra requests would wait in waitress's "

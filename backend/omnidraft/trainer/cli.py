@@ -86,7 +86,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-MIN_NETWORK_TOKEN = 16  # characters: a shorter token on a network bind could be guessed
+from omnidraft.cliutil import MIN_NETWORK_SECRET as MIN_NETWORK_TOKEN  # noqa: E402 - one minimum, serve's too
 
 
 def _check_bind(host: str, port: int, token: str, token_at) -> None:
