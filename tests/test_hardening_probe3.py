@@ -224,3 +224,37 @@ def test_a_16_character_api_key_passes_the_checks(monkeypatch, tmp_path):
     path.write_text("sixteen-chars-k!")
     cfg = checked_config(build_parser().parse_args(["serve", "--host", "0.0.0.0", "--api-key-file", str(path)]))
     assert cfg.api_key == "sixteen-chars-k!"
+
+
+# ------------------------------------------------------------------ row 13: web app headers, 405, stop
+@pytest.fixture
+def client(tmp_path):
+    from hardening_helpers import app_maker
+
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "index.html").write_text("<!doctype html><title>x</title>")
+    with app_maker(tmp_path) as make:
+        yield make().test_client()
+
+
+def test_the_web_app_cannot_be_framed_or_sniffed(client):
+    r = client.get("/app/")
+    assert r.status_code == 200
+    assert r.headers["X-Content-Type-Options"] == "nosniff" and r.headers["X-Frame-Options"] == "DENY"
+    csp = r.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp
+    assert client.get("/health").headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize("method", ["DELETE", "PUT", "PATCH"])
+def test_a_wrong_method_is_405_not_415(client, method):
+    r = client.open("/v1/chat/completions", method=method)
+    assert r.status_code == 405 and r.get_json()["error"]["code"] == "method_not_allowed"
+    assert "POST" in r.headers["Allow"]
+
+
+@pytest.mark.parametrize("stop", ["", [""], ["ok", ""]])
+def test_an_empty_stop_string_is_refused(stop):
+    with pytest.raises(ApiError, match="must not be empty") as e:
+        parse_request({"prompt": "hi", "stop": stop}, "completion", 4096, ("fake-target",))
+    assert e.value.status == 400 and e.value.param == "stop"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flask import Flask, Response, jsonify, redirect, request, send_from_directory
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from .. import httpguard
 from omnidraft.vocab.textstream import Chunk
@@ -101,6 +101,13 @@ def _heldout(session) -> list[dict]:
 
 
 # ---------------------------------------------------------------- hooks
+# On every answer: no MIME sniffing, no framing by other pages (clickjacking the web app), no referrer.
+SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer"}
+# The phone web app's own files only; it may talk to any server the user names in its settings (connect-src).
+APP_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self' http: https:; "
+           "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'")
+
+
 def _endpoint_label() -> str:
     return request.url_rule.rule if request.url_rule is not None else "other"
 
@@ -114,6 +121,8 @@ def _install_hooks(app: Flask) -> None:
             # Liveness stays open to monitors that know the server by a name nobody listed (a container's
             # service name); it says only "ok", which a rebinding page knew once its connection succeeded.
             return jsonify({"status": "ok"})
+        if isinstance(request.routing_exception, MethodNotAllowed) and st.hosts.allows(request.environ.get("HTTP_HOST")):
+            raise request.routing_exception  # 405 naming the allowed methods, before the body's type is judged
         refused = httpguard.refusal(request, st.config.cors_origin, st.hosts)
         if refused is not None:
             status, msg, code = refused
@@ -142,6 +151,9 @@ def _install_hooks(app: Flask) -> None:
             resp.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
             resp.headers["Access-Control-Max-Age"] = "600"
             resp.headers.add("Vary", "Origin")
+        resp.headers.update(SECURITY_HEADERS)
+        if request.path.startswith("/app/"):
+            resp.headers["Content-Security-Policy"] = APP_CSP
         st.metrics.count_request(_endpoint_label(), resp.status_code)
         return resp
 
@@ -155,7 +167,8 @@ def _install_hooks(app: Flask) -> None:
         msg = e.description or e.name
         if e.code == 413:
             msg = f"request body larger than {state(app).config.max_body_kb} KiB"
-        return jsonify(ApiError(e.code or 500, msg, code=code).body()), e.code
+        allow = {"Allow": ", ".join(e.valid_methods)} if isinstance(e, MethodNotAllowed) and e.valid_methods else {}
+        return jsonify(ApiError(e.code or 500, msg, code=code).body()), e.code, allow
 
     @app.errorhandler(Exception)
     def _internal(e: Exception):

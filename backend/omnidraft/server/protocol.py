@@ -96,11 +96,13 @@ def _stop(body: dict) -> list[str]:
     if v is None:
         return []
     if isinstance(v, str):
-        return [_text(v, "stop")]
+        v = [v]
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise _bad("'stop' must be a string or a list of strings", "stop", "invalid_type")
     if len(v) > MAX_STOP:
         raise _bad(f"'stop' takes at most {MAX_STOP} strings", "stop")
+    if "" in v:  # it would match before the first character: an answer that is always empty
+        raise _bad("'stop' strings must not be empty", "stop")
     return [_text(s, "stop") for s in v]
 
 
