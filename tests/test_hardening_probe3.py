@@ -258,3 +258,30 @@ def test_an_empty_stop_string_is_refused(stop):
     with pytest.raises(ApiError, match="must not be empty") as e:
         parse_request({"prompt": "hi", "stop": stop}, "completion", 4096, ("fake-target",))
     assert e.value.status == 400 and e.value.param == "stop"
+
+
+# ------------------------------------------------------------------ row 8: Expect: 100-continue
+def _raw_exchange(port: int, request: bytes, wait_s: float = 3.0) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
+        s.sendall(request)
+        try:
+            return s.recv(65536)
+        except TimeoutError:
+            return b""
+
+
+def test_expect_100_continue_with_a_body_over_the_limit_is_413_at_once(tmp_path):
+    from hardening_helpers import app_maker, serving
+    from omnidraft.server import ServerConfig
+
+    cfg = ServerConfig(app_dir=str(tmp_path / "app"))
+    head = ("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Expect: 100-continue\r\nContent-Length: {}\r\n\r\n")
+    with app_maker(tmp_path) as make, serving(make(), cfg) as port:
+        t0 = time.monotonic()
+        got = _raw_exchange(port, head.format(50_000_000).encode())
+        assert got.startswith(b"HTTP/1.1 413") and b"100 Continue" not in got, got[:200]  # was: 100, then silence
+        assert time.monotonic() - t0 < 2.0
+        assert _raw_exchange(port, head.format(20).encode()).startswith(b"HTTP/1.1 100 Continue")  # within it: 100

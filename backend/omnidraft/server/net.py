@@ -83,6 +83,15 @@ class GuardedChannel(HTTPChannel):
             self.read_started = None  # nothing partial left: idle, waitress's channel_timeout takes over
         return done
 
+    def send_continue(self):
+        """waitress sent '100 Continue' to a request its headers had already refused (a Content-Length over
+        the limit) and then reopened it to wait for the body: the 413 came only after body bytes.  A refused
+        request gets its answer now, without the 100."""
+        if self.request is not None and self.request.error is not None:
+            self.request.expect_continue = False
+            return
+        super().send_continue()
+
     def readable(self):
         if self.overdue(time.monotonic()):
             self.will_close = True  # writable() now turns true, and waitress closes the socket
