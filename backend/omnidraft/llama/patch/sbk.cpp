@@ -49,8 +49,8 @@
 
 extern "C" int ggml_cpu_sbk_variant(void) { return SBK_VARIANT; }
 
-#if SBK_VARIANT >= 1 && SBK_VARIANT <= 3  // x86
-
+#if SBK_VARIANT > 0
+// ================================================================ every architecture: layouts, side table
 namespace {
 
 constexpr int QK_K = 256;
@@ -63,14 +63,8 @@ constexpr int Q50_BYTES = 22;   // d (fp16), qh[4], qs[16]
 #define SBK_PREFETCH 4096
 #endif
 // Bytes ahead of the weight stream (about 20-28 blocks): on the 2-core Zen 4, 4 KiB brought the 1.5B Q4_K_M
-// decode from 1.15x upstream's (repacked) to 1.00x; 256 B and 8 KiB were slower.
+// decode from 1.15x upstream's (repacked) to 1.00x; 256 B and 8 KiB were slower.  Not tuned on any ARM core.
 constexpr int PREFETCH = SBK_PREFETCH;
-
-inline float fp16(const uint8_t * p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
 
 inline float f32(const uint8_t * p) {
     float f;
@@ -82,6 +76,46 @@ inline float f32(const uint8_t * p) {
 // accumulators then live in registers (not unrolled, GCC kept them on the stack from 3 rows up and a pass
 // over 3 rows cost 2.2 of one).
 #define SBK_UNROLL _Pragma("GCC unroll 8")
+
+// ---------------------------------------------------------------- the activations' side table
+// What a product needs of each activation block besides its quants, computed once per call (per thread)
+// instead of once per weight row: the scale as a float, and for Q4_K the sums of each 32 quants times
+// that scale (what the block's mins multiply).  Every weight row then pays two multiply-adds for its
+// block's scale and mins instead of the conversions, horizontal adds and broadcasts behind them.
+struct acts {
+    const uint8_t * q;      // activation row 0 (ggml's blocks)
+    size_t stride;          // bytes between activation rows
+    int64_t nb;             // blocks per row
+    const float * d;        // [row][block] scale
+    const float * sums;     // Q4_K: [row][block][8] scale * sum of each 32 quants
+};
+
+// One per thread, fixed (no allocation that could fail mid-graph): room for 8 rows of 2048 blocks (Q8_0
+// rows of 65,536 values; Q4_K's table takes 9 floats a block: 227 blocks, rows of 58,112); wider
+// products are left to ggml (ggml_sbk_takes asks sbk_table_fits).
+constexpr size_t TABLE_FLOATS = 16384;
+alignas(64) thread_local float TABLE[TABLE_FLOATS];
+
+// The scales first, then (Q4_K) the sums, starting on a 64-byte boundary.
+size_t sums_offset(int n, int64_t nb) { return ((size_t) n * nb + 15) & ~(size_t) 15; }
+
+size_t table_floats(int type, int n, int64_t nb) {
+    return sums_offset(n, nb) + (type == SBK_TYPE_Q4_K ? 8 * (size_t) n * nb : 0);
+}
+
+}  // namespace
+#endif
+
+#if SBK_VARIANT >= 1 && SBK_VARIANT <= 3  // x86
+
+namespace {
+
+
+inline float fp16(const uint8_t * p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
 
 inline __m256i load(const void * p) { return _mm256_loadu_si256((const __m256i *) p); }
 
@@ -122,54 +156,11 @@ inline __m256i lane16(int lo, int hi) {
     return _mm256_set_m128i(b, a);
 }
 
-// ---------------------------------------------------------------- the activations' side table
-// What a product needs of each activation block besides its quants, computed once per call (per thread)
-// instead of once per weight row: the scale as a float, and for Q4_K the sums of each 32 quants times
-// that scale (what the block's mins multiply).  Every weight row then pays two multiply-adds for its
-// block's scale and mins instead of the conversions, horizontal adds and broadcasts behind them.
-struct acts {
-    const uint8_t * q;      // activation row 0 (ggml's blocks)
-    size_t stride;          // bytes between activation rows
-    int64_t nb;             // blocks per row
-    const float * d;        // [row][block] scale
-    const float * sums;     // Q4_K: [row][block][8] scale * sum of each 32 quants
-};
-
-// One per thread, fixed (no allocation that could fail mid-graph): room for 8 rows of 2048 blocks (Q8_0
-// rows of 65,536 values; Q4_K's table takes 9 floats a block: 227 blocks, rows of 58,112); wider
-// products are left to ggml (ggml_sbk_takes asks sbk_table_fits).
-constexpr size_t TABLE_FLOATS = 16384;
-alignas(64) thread_local float TABLE[TABLE_FLOATS];
-
-// The scales first, then (Q4_K) the sums, starting on a 64-byte boundary.
-size_t sums_offset(int n, int64_t nb) { return ((size_t) n * nb + 15) & ~(size_t) 15; }
-
-size_t table_floats(int type, int n, int64_t nb) {
-    return sums_offset(n, nb) + (type == SBK_TYPE_Q4_K ? 8 * (size_t) n * nb : 0);
-}
-
-acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
-    const bool q4k = type == SBK_TYPE_Q4_K;
-    float * t = TABLE;
-    const acts a = {act, stride, nb, t, t + sums_offset(n, nb)};
-    for (int j = 0; j < n; j++) {
-        for (int64_t i = 0; i < nb; i++) {
-            float * d = t + j * nb + i;
-            if (type == SBK_TYPE_Q4_K || type == SBK_TYPE_Q6_K) {
-                const uint8_t * y = act + j * stride + i * Q8K_BYTES;
-                *d = f32(y);
-                if (q4k) {  // bsums are per 16 quants: add them in pairs
-                    const __m256i bs = load(y + 4 + QK_K);
-                    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-                    _mm256_store_ps((float *) a.sums + (j * nb + i) * 8,
-                                    _mm256_mul_ps(_mm256_set1_ps(*d), _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(pairs))));
-                }
-            } else {
-                *d = fp16(act + j * stride + i * Q80_BYTES);
-            }
-        }
-    }
-    return a;
+// Q4_K's side-table entry: the sums of each 32 activations (pairs of its 16-value sums) times the scale.
+inline void scaled_pair_sums(const uint8_t * bsums, float d, float * out) {
+    const __m256i bs = load(bsums);
+    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    _mm256_store_ps(out, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(pairs))));
 }
 
 // ---------------------------------------------------------------- Q4_K x Q8_K
@@ -349,32 +340,6 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
     }
 }
 
-using row_fn = void (*)(const uint8_t *, const acts &, float *, size_t);
-
-template <int N> void q80_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q80_block, N>(x, a, o, s); }
-template <int N> void q50_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q50_block, N>(x, a, o, s); }
-
-#define SBK_TABLE(fn) \
-    {nullptr, fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>}
-constexpr row_fn Q4K[SBK_MAX_ROWS + 1] = SBK_TABLE(q4k_row);
-constexpr row_fn Q6K[SBK_MAX_ROWS + 1] = SBK_TABLE(q6k_row);
-constexpr row_fn Q80[SBK_MAX_ROWS + 1] = SBK_TABLE(q80_row);
-constexpr row_fn Q50[SBK_MAX_ROWS + 1] = SBK_TABLE(q50_row);
-
-// The row routine for a type and row count, and blocks per row; nullptr for what this file does not take.
-row_fn pick(int type, int n, int64_t k, int64_t * nb) {
-    if (n < 1 || n > SBK_MAX_ROWS) {
-        return nullptr;
-    }
-    switch (type) {
-        case SBK_TYPE_Q4_K: *nb = k / QK_K; return Q4K[n];
-        case SBK_TYPE_Q6_K: *nb = k / QK_K; return Q6K[n];
-        case SBK_TYPE_Q8_0: *nb = k / 32; return Q80[n];
-        case SBK_TYPE_Q5_0: *nb = k / 32; return Q50[n];
-        default: return nullptr;
-    }
-}
-
 }  // namespace
 
 #elif SBK_VARIANT == 4  // aarch64
@@ -393,22 +358,9 @@ row_fn pick(int type, int n, int64_t k, int64_t * nb) {
 // - Float vectors have 4 lanes: Q4_K's 8 mins take two multiply-adds.
 // - Floats are only combined through explicit vfmaq_f32 or a product stored as is, never a multiply feeding
 //   an add, so -ffp-contract (GCC's default fuses in GNU mode) cannot change a result between the templates.
-// The side table, the row tables and pick() repeat the x86 section's, so that each section stays whole.
 // Selected at compile time (-march=armv8.2-a+dotprod or a CPU that has it), like ggml's own ARM kernels:
 // a binary built so needs a CPU with dotprod (Linux hwcap "asimddp") whatever this file does.
 namespace {
-
-constexpr int QK_K = 256;
-constexpr int Q4K_BYTES = 144;  // d, dmin (fp16), scales[12], qs[128]
-constexpr int Q6K_BYTES = 210;  // ql[128], qh[64], scales[16], d (fp16)
-constexpr int Q8K_BYTES = 292;  // d (float), qs[256], bsums[16] (int16)
-constexpr int Q80_BYTES = 34;   // d (fp16), qs[32]
-constexpr int Q50_BYTES = 22;   // d (fp16), qh[4], qs[16]
-#ifndef SBK_PREFETCH
-#define SBK_PREFETCH 4096
-#endif
-// The x86 distance, not tuned on any ARM core (none is reachable here).
-constexpr int PREFETCH = SBK_PREFETCH;
 
 inline float fp16(const uint8_t * p) {
     __fp16 h;  // IEEE half on AArch64; the conversion to float is exact
@@ -416,58 +368,15 @@ inline float fp16(const uint8_t * p) {
     return (float) h;
 }
 
-inline float f32(const uint8_t * p) {
-    float f;
-    memcpy(&f, p, 4);
-    return f;
-}
-
-#define SBK_UNROLL _Pragma("GCC unroll 8")
-
 inline int8x16_t s8(const uint8_t * p) { return vreinterpretq_s8_u8(vld1q_u8(p)); }
 inline int16x8_t s16(const uint8_t * p) { return vreinterpretq_s16_u8(vld1q_u8(p)); }  // any alignment
 
-// ---------------------------------------------------------------- the activations' side table (as on x86)
-struct acts {
-    const uint8_t * q;      // activation row 0 (ggml's blocks)
-    size_t stride;          // bytes between activation rows
-    int64_t nb;             // blocks per row
-    const float * d;        // [row][block] scale
-    const float * sums;     // Q4_K: [row][block][8] scale * sum of each 32 quants
-};
-
-constexpr size_t TABLE_FLOATS = 16384;
-alignas(64) thread_local float TABLE[TABLE_FLOATS];
-
-size_t sums_offset(int n, int64_t nb) { return ((size_t) n * nb + 15) & ~(size_t) 15; }
-
-size_t table_floats(int type, int n, int64_t nb) {
-    return sums_offset(n, nb) + (type == SBK_TYPE_Q4_K ? 8 * (size_t) n * nb : 0);
-}
-
-acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
-    const bool q4k = type == SBK_TYPE_Q4_K;
-    float * t = TABLE, * sums = TABLE + sums_offset(n, nb);
-    const acts a = {act, stride, nb, t, sums};
-    for (int j = 0; j < n; j++) {
-        for (int64_t i = 0; i < nb; i++) {
-            float * d = t + j * nb + i;
-            if (type == SBK_TYPE_Q4_K || type == SBK_TYPE_Q6_K) {
-                const uint8_t * y = act + j * stride + i * Q8K_BYTES;
-                *d = f32(y);
-                if (q4k) {  // bsums are per 16 quants: add them in pairs (vpaddq: the order of x86's hadd)
-                    const int16x8_t pairs = vpaddq_s16(s16(y + 4 + QK_K), s16(y + 4 + QK_K + 16));
-                    const float32x4_t dd = vdupq_n_f32(*d);
-                    float * s = sums + (j * nb + i) * 8;
-                    vst1q_f32(s, vmulq_f32(dd, vcvtq_f32_s32(vmovl_s16(vget_low_s16(pairs)))));
-                    vst1q_f32(s + 4, vmulq_f32(dd, vcvtq_f32_s32(vmovl_high_s16(pairs))));
-                }
-            } else {
-                *d = fp16(act + j * stride + i * Q80_BYTES);
-            }
-        }
-    }
-    return a;
+// Q4_K's side-table entry (vpaddq adds neighbours in the order of x86's hadd).
+inline void scaled_pair_sums(const uint8_t * bsums, float d, float * out) {
+    const int16x8_t pairs = vpaddq_s16(s16(bsums), s16(bsums + 16));
+    const float32x4_t dd = vdupq_n_f32(d);
+    vst1q_f32(out, vmulq_f32(dd, vcvtq_f32_s32(vmovl_s16(vget_low_s16(pairs)))));
+    vst1q_f32(out + 4, vmulq_f32(dd, vcvtq_f32_s32(vmovl_high_s16(pairs))));
 }
 
 // ---------------------------------------------------------------- Q4_K x Q8_K
@@ -658,6 +567,33 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
     }
 }
 
+}  // namespace
+#endif  // aarch64
+
+#if SBK_VARIANT > 0
+// ================================================================ every architecture
+namespace {
+
+acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
+    float * t = TABLE;
+    const acts a = {act, stride, nb, t, t + sums_offset(n, nb)};
+    for (int j = 0; j < n; j++) {
+        for (int64_t i = 0; i < nb; i++) {
+            float * d = t + j * nb + i;
+            if (type == SBK_TYPE_Q4_K || type == SBK_TYPE_Q6_K) {
+                const uint8_t * y = act + j * stride + i * Q8K_BYTES;
+                *d = f32(y);
+                if (type == SBK_TYPE_Q4_K) {
+                    scaled_pair_sums(y + 4 + QK_K, *d, t + sums_offset(n, nb) + (j * nb + i) * 8);
+                }
+            } else {
+                *d = fp16(act + j * stride + i * Q80_BYTES);
+            }
+        }
+    }
+    return a;
+}
+
 using row_fn = void (*)(const uint8_t *, const acts &, float *, size_t);
 
 template <int N> void q80_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q80_block, N>(x, a, o, s); }
@@ -670,6 +606,7 @@ constexpr row_fn Q6K[SBK_MAX_ROWS + 1] = SBK_TABLE(q6k_row);
 constexpr row_fn Q80[SBK_MAX_ROWS + 1] = SBK_TABLE(q80_row);
 constexpr row_fn Q50[SBK_MAX_ROWS + 1] = SBK_TABLE(q50_row);
 
+// The row routine for a type and row count, and blocks per row; nullptr for what this file does not take.
 row_fn pick(int type, int n, int64_t k, int64_t * nb) {
     if (n < 1 || n > SBK_MAX_ROWS) {
         return nullptr;
@@ -684,10 +621,7 @@ row_fn pick(int type, int n, int64_t k, int64_t * nb) {
 }
 
 }  // namespace
-#endif  // aarch64
 
-#if SBK_VARIANT > 0
-// ================================================================ every architecture
 extern "C" int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
                         const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride) {
     int64_t nb = 0;
