@@ -22,11 +22,13 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from omnidraft import paths
 from omnidraft.errors import ChecksumMismatch, ModelFetchError, ModelNotFound, from_gguf_tools
+from omnidraft.llama import loadcheck
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "OMNIDRAFT_CACHE"
+CACHE_ENV = paths.CACHE_ENV
 # the registry's short names, for code that picks one as a default (the one place they are written)
 SMOLLM2 = "smollm2-135m"
 SMOLLM2_D8 = "smollm2-135m-d8-qwen"
@@ -100,8 +102,7 @@ VOCAB_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db276
 
 def cache_dir() -> Path:
     """Root of the user cache ($OMNIDRAFT_CACHE, else ~/.cache/omnidraft)."""
-    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "omnidraft")
-    return Path(root)
+    return paths.cache_dir()
 
 
 def model_path(spec: ModelSpec) -> Path:
@@ -274,10 +275,18 @@ def resolve(name_or_path: str | os.PathLike, fetch: bool = True) -> Path:
     p = Path(name_or_path).expanduser()
     base, _, qtype = str(name_or_path).lower().partition(":")
     if qtype and base in REGISTRY and not p.is_file():
-        return resolve_derived(base, qtype, fetch)
+        out = resolve_derived(base, qtype, fetch)
+        if out.is_file() and derived_source(out) == get_spec(base).sha256:
+            loadcheck.mark_trusted(out)  # made by llama.cpp from a pinned file: llama.cpp loads it
+        return out
     if str(name_or_path).lower() in REGISTRY:
         spec = get_spec(str(name_or_path))
-        return ensure_verified(spec.name) if fetch else model_path(spec)
+        if not fetch:
+            return model_path(spec)
+        path = ensure_verified(spec.name)
+        if not spec.bundled:  # sha256-verified against a pin known to load (the bundled one is checked once)
+            loadcheck.mark_trusted(path)
+        return path
     if p.is_file():
         return p
     raise ModelNotFound(

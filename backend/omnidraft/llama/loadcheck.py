@@ -6,8 +6,9 @@ the first prompt aborted; the engine now keeps its chunks within what llama.cpp 
 as unusable.)  A server that loaded such a drafter died, and died again on every restart.  So
 before a model is loaded in this process, a child process loads it with the same settings, checks its context
 length, and decodes a few tokens.  The verdict is kept per file (path, size, mtime,
-inode), settings and llama.cpp version in ``<cache>/loadcheck.json``, so a file costs the child once; the pinned
-models, verified by sha256 against pins known to load, and the re-quantized copies made from them skip it.
+inode), settings and llama.cpp version in ``<cache>/loadcheck.json``, so a file costs the child once; files the
+model cache marks trusted (``mark_trusted``: the pinned models, verified by sha256 against pins known to load,
+and the re-quantized copies made from them) skip it.  The child is ``loadcheck_child``.
 
 ``Engine.__init__`` calls ``ensure_loadable``, so the server, ``generate``, the trainer and the gguf tools are all
 covered.  A refused file raises InvalidModelFile with one line saying why."""
@@ -23,7 +24,7 @@ import sys
 import threading
 from pathlib import Path
 
-from omnidraft import statefile
+from omnidraft import paths, statefile
 from omnidraft.errors import InvalidModelFile
 
 log = logging.getLogger(__name__)
@@ -41,9 +42,7 @@ _lock = threading.Lock()
 
 
 def verdicts_path() -> Path:
-    from omnidraft.assets import models
-
-    return models.cache_dir() / "loadcheck.json"
+    return paths.cache_dir() / "loadcheck.json"
 
 
 def ensure_loadable(path: str | os.PathLike, config) -> None:
@@ -71,7 +70,7 @@ def check_in_child(path: Path, config) -> dict:
     cfg = {k: getattr(config, k) for k in _CONFIG_KEYS}
     cfg["n_threads"] = cfg["n_threads_batch"] = min(2, os.cpu_count() or 1)
     env = dict(os.environ, **{CHILD_ENV: "1"})
-    cmd = [sys.executable, "-m", "omnidraft.llama.loadcheck", str(path), json.dumps(cfg)]
+    cmd = [sys.executable, "-m", "omnidraft.llama.loadcheck_child", str(path), json.dumps(cfg)]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -104,47 +103,31 @@ def _key(path: Path, config) -> str:
     return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{cfg}|llama.cpp {llama_cpp.__version__}|check {CHECK_VERSION}"
 
 
-def _trusted(path: Path) -> bool:
-    """A pinned model whose sha256 stamp holds, or a re-quantized copy made from one: known to load."""
-    from omnidraft.assets import models
-
+def _file_key(path: Path) -> str | None:
     try:
         real = path.resolve()
+        st = real.stat()
     except OSError:
+        return None
+    return f"trusted|{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+
+
+def mark_trusted(path: str | os.PathLike) -> None:
+    """Record that ``path``, as it is now, is known to load (the model cache calls this for files it verified)."""
+    key = _file_key(Path(path))
+    if key is None or _memo.get(key):
+        return
+    with _lock:
+        if not statefile.read(verdicts_path(), key):
+            statefile.write(verdicts_path(), key, {"trusted": True})
+        _memo[key] = {"trusted": True}
+
+
+def _trusted(path: Path) -> bool:
+    """Marked by ``mark_trusted`` while the file kept its size, mtime and inode."""
+    key = _file_key(path)
+    if key is None:
         return False
-    for spec in models.REGISTRY.values():
-        if not spec.bundled and real == models.model_path(spec).resolve():
-            return models._stamp_ok(real, spec.sha256)
-    if real.parent == (models.cache_dir() / "models" / "derived").resolve():
-        shas = {s.sha256 for s in models.REGISTRY.values()}
-        return models.derived_source(real) in shas
-    return False
-
-
-def _child(path: str, cfg_json: str) -> int:
-    """Load like the engine, check its context length, decode PROBE_TOKENS; print 'refused: why' or nothing."""
-    import llama_cpp
-
-    from .engine import Engine, EngineConfig
-
-    cfg = EngineConfig(**json.loads(cfg_json))
-    try:
-        eng = Engine(path, cfg)
-    except Exception as e:  # noqa: BLE001 - any refusal becomes the verdict's line
-        print(f"refused: {e}", flush=True)
-        return 3
-    if cfg.vocab_only:
-        return 0
-    n_batch, n_train = llama_cpp.llama_n_batch(eng._ctx), llama_cpp.llama_model_n_ctx_train(eng._model)
-    if 0 < n_train < min(cfg.n_ctx, MIN_CONTEXT):
-        print(f"refused: its context length {n_train} is too short to use (at least {MIN_CONTEXT} tokens: "
-              f"llama.cpp would take batches of {n_batch} tokens)", flush=True)
-        return 3
-    n = min(PROBE_TOKENS, eng.n_ctx)
-    eng.decode([max(eng.bos_id, 0)] * n, "last")
-    eng.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1], sys.argv[2]))
+    if key not in _memo:
+        _memo[key] = statefile.read(verdicts_path(), key) or {}
+    return bool(_memo[key].get("trusted"))
