@@ -7,6 +7,8 @@
 6 foreign vocabularies: refused at upload (draft_fp); an update that trained 0 steps publishes nothing
 7 checksums: a published version carries the sha256 of its GGUF; a file changed after publishing is refused
   by every reader of the registry, and a session keeps the drafter it has
+Connections (issue 45 row 3): the trainer's waitress has the server's limits (omnidraft.netlimits) and checks the
+  token from the headers; a soak of 110 slow-header clients on 127.0.0.1 leaves /v1/status answering
 """
 
 from __future__ import annotations
@@ -374,3 +376,89 @@ def test_the_trainer_does_not_train_on_a_corrupted_current_version(base, vocab, 
     assert trainer.inbox.counts()["untrained"] == 3 and "sha256" in trainer.last_error
     assert trainer.registry.latest() == v1
 
+
+
+# ------------------------------------------------- the trainer's connections (issue 45 row 3)
+class _FakeTrainer:
+    """What the trainer's HTTP face asks of a Trainer, without torch or a model."""
+
+    token = "t" * 43
+
+    def status(self) -> dict:
+        return {"ok": True}
+
+    def receive(self, records) -> dict:
+        return {"accepted": len(records), "duplicates": 0, "rejected": 0}
+
+
+@pytest.fixture
+def trainer_port():
+    from omnidraft.trainer.app import start_http
+
+    server, port = start_http(_FakeTrainer())
+    try:
+        yield port
+    finally:
+        server.shutdown()
+
+
+def _answer_within(sock, timeout: float) -> bytes:
+    """The response's status line, or b'' if none came within ``timeout`` (the server waits for a body)."""
+    import socket
+
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(4096).split(b"\r\n", 1)[0]
+    except socket.timeout:
+        return b""
+
+
+def _big_post(port: int, token: str | None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (f"POST /v1/records HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n{auth}"
+            f"Content-Length: {80 << 20}\r\n\r\n").encode()
+
+
+def test_the_trainer_refuses_a_tokenless_or_oversized_body_from_its_headers(trainer_port):
+    """An 80 MiB upload: 401 without the token, 413 with it, each before a byte of the body is sent (the
+    trainer's waitress used to read up to 1 GiB before the app saw the request)."""
+    import socket
+
+    for token, status in ((None, b"401"), ("wrong", b"401"), (_FakeTrainer.token, b"413")):
+        with socket.create_connection(("127.0.0.1", trainer_port), timeout=5) as s:
+            s.sendall(_big_post(trainer_port, token))  # the headers only
+            line = _answer_within(s, 2.0)
+            assert line.split(b" ")[1:2] == [status], (token, line)
+
+
+def test_soak_110_slow_header_clients_leave_the_trainer_status_answering(trainer_port):
+    """110 connections that each send a header line every 0.5 s (more than waitress's default limit of 100,
+    which the trainer had); GET /v1/status with the token answers in under 1 s throughout."""
+    import socket
+    import time
+
+    import requests
+
+    conns = []
+    try:
+        for _ in range(110):
+            s = socket.create_connection(("127.0.0.1", trainer_port), timeout=5)
+            s.sendall(b"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            conns.append(s)
+        lat = []
+        for i in range(4):
+            time.sleep(0.5)
+            for s in conns:
+                s.sendall(f"X-Slow-{i}: 1\r\n".encode())
+            t0 = time.monotonic()
+            try:
+                r = requests.get(f"http://127.0.0.1:{trainer_port}/v1/status", timeout=3,
+                                 headers={"Authorization": f"Bearer {_FakeTrainer.token}"})
+                lat.append(time.monotonic() - t0 if r.status_code == 200 else float("inf"))
+            except requests.RequestException:
+                lat.append(float("inf"))
+        assert max(lat) < 1.0, lat
+    finally:
+        for s in conns:
+            s.close()
+    assert all(s.fileno() == -1 for s in conns)

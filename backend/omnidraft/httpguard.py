@@ -130,7 +130,11 @@ def origin_allowed(origin: str, request, allowed_origins, hosts: HostPolicy | No
 
 def bearer_ok(request, key: str) -> bool:
     """Constant-time check of 'Authorization: Bearer KEY'."""
-    got = request.headers.get("Authorization", "")
+    return authorization_ok(request.headers.get("Authorization", ""), key)
+
+
+def authorization_ok(got: str, key: str) -> bool:
+    """Constant-time check of an Authorization header's value ('Bearer KEY')."""
     token = got[7:] if got[:7].lower() == "bearer " else ""
     return hmac.compare_digest(token.encode(), key.encode())
 

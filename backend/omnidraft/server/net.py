@@ -1,154 +1,25 @@
-"""The waitress server and its connection limits: what a slow or oversized client may hold.
-
-waitress reads every connection on one thread (asyncore) and answers with ``threads`` handler threads.
-Its defaults suit a server behind a proxy, not one a hostile local page or process talks to directly:
-a 1 GiB body is read before anyone refuses it, 256 KiB of headers are accepted, and a client that
-sends a header line every few seconds holds one of only 100 connections for ever (waitress's
-``channel_timeout`` only closes *idle* connections).  ``NetLimits`` sets each bound, and
-``GuardedChannel`` adds the one waitress lacks: a deadline to receive a whole request.
-"""
+"""``omnidraft serve``'s waitress server: the package's one connection policy (``omnidraft.netlimits``, shared
+with the trainer) with the server's body limit and the API's error shape."""
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import dataclass, field
-
-from waitress.channel import HTTPChannel
-from waitress.server import BaseWSGIServer
-from waitress.task import ErrorTask, ThreadedTaskDispatcher
+from omnidraft.netlimits import (FD_RESERVE, ArrivalDispatcher, GuardedChannel, NetLimits,  # noqa: F401 - re-exported
+                                 connection_limit)
+from omnidraft.netlimits import JsonErrorTask as _JsonErrorTask
+from omnidraft.netlimits import build
 
 from .config import ServerConfig
 from .protocol import ApiError
 
-FD_RESERVE = 128  # descriptors kept for model files, logs, the outbox and waitress's own trigger
 
+class JsonErrorTask(_JsonErrorTask):
+    """waitress's own refusals (413, 431, 400) as the API's JSON errors."""
 
-@dataclass(frozen=True)
-class NetLimits:
-    """waitress settings of ``omnidraft serve``; the request body limit is the server's own (max_body_kb)."""
-
-    header_timeout_s: float = field(default=10.0, metadata={
-        "help": "a request line and headers must arrive within this many seconds of the connection (or the "
-                "previous request); a slow-header client is dropped, not left to hold a connection"})
-    body_timeout_s: float = field(default=60.0, metadata={
-        "help": "the whole request within this many seconds: the 1 MiB default body needs ~17 KiB/s"})
-    idle_timeout_s: int = field(default=60, metadata={
-        "help": "close a keep-alive connection idle this long (waitress channel_timeout; default 120)"})
-    max_header_bytes: int = field(default=64 * 1024, metadata={
-        "help": "request line + headers; more gets 431 (an OpenAI request needs ~1 KiB; waitress allows 256)"})
-    connection_limit: int = field(default=1000, metadata={
-        "help": "open connections; 10x waitress's 100, so a hundred slow clients leave room for /health. "
-                "Each costs one descriptor and a few KiB; clamped below the process's descriptor limit"})
-    cleanup_interval_s: int = field(default=5, metadata={
-        "help": "how often idle connections are looked for (waitress's default 30 would let them overstay)"})
-
-
-class JsonErrorTask(ErrorTask):
-    """waitress's own refusals (413, 431, 400) as the API's JSON errors, so clients parse one format."""
-
-    CODES = {413: "request_too_large", 431: "request_header_too_large"}
-
-    def execute(self):
-        e = self.request.error
-        msg = f"{e.reason}: {e.body}"
-        if e.code == 413:  # the app's own wording (app._http_error); waitress's limit is that + 1 byte
-            msg = f"request body larger than {(self.channel.adj.max_request_body_size - 1) // 1024} KiB"
-        body = json.dumps(ApiError(e.code, msg, code=self.CODES.get(e.code, "bad_request")).body()).encode()
-        self.status = f"{e.code} {e.reason}"
-        self.response_headers.append(("Content-Type", "application/json"))
-        self.set_close_on_finish()
-        self.content_length = len(body)
-        self.write(body)
-
-
-class GuardedChannel(HTTPChannel):
-    """An HTTP connection that must deliver each request within the limits' deadlines.
-
-    All of it runs on waitress's asyncore thread, which asks ``readable()`` of every connection at
-    least once a second (asyncore_loop_timeout): that is where an overdue request is dropped."""
-
-    error_task_class = JsonErrorTask
-    limits: NetLimits = NetLimits()
-
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.read_started: float | None = time.monotonic()  # a new connection owes its first request now
-
-    def received(self, data):
-        if self.request is None and self.read_started is None:
-            self.read_started = time.monotonic()  # the first byte of the next request
-        done = super().received(data)
-        if self.request is None:
-            self.read_started = None  # nothing partial left: idle, waitress's channel_timeout takes over
-        return done
-
-    def send_continue(self):
-        """waitress sent '100 Continue' to a request its headers had already refused (a Content-Length over
-        the limit) and then reopened it to wait for the body: the 413 came only after body bytes.  A refused
-        request gets its answer now, without the 100."""
-        if self.request is not None and self.request.error is not None:
-            self.request.expect_continue = False
-            return
-        super().send_continue()
-
-    def readable(self):
-        if self.overdue(time.monotonic()):
-            self.will_close = True  # writable() now turns true, and waitress closes the socket
-            return False
-        return super().readable()
-
-    def overdue(self, now: float) -> bool:
-        if self.read_started is None or self.requests:  # a running request is the engine's to time out
-            return False
-        headers_done = self.request is not None and self.request.headers_finished
-        limit = self.limits.body_timeout_s if headers_done else self.limits.header_timeout_s
-        return now - self.read_started > limit
-
-
-class ArrivalDispatcher(ThreadedTaskDispatcher):
-    """Stamps when a connection's request was queued, so its timeout counts from arrival (app._arrived)."""
-
-    def add_task(self, task):
-        task.omnidraft_arrived = time.monotonic()
-        super().add_task(task)
-
-
-def connection_limit(wanted: int) -> int:
-    """``wanted``, below the descriptor limit: past it accept() fails and waitress's loop spins on it."""
-    try:
-        import resource
-    except ImportError:  # not POSIX: no descriptor limit to read
-        return wanted
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return wanted
-    return max(16, min(wanted, soft - FD_RESERVE))
+    @staticmethod
+    def error_body(status: int, message: str, code: str) -> dict:
+        return ApiError(status, message, code=code).body()
 
 
 def build_server(app, cfg: ServerConfig, limits: NetLimits | None = None):
-    """The waitress server for ``app``: ``cfg.threads()`` threads, arrival times stamped, NetLimits applied.
-
-    channel_request_lookahead lets waitress notice a client that hangs up mid-request, so the
-    worker can stop that generation (Job.gone) and its HTTP thread is freed (ClientGone)."""
-    import waitress
-
-    limits = limits or NetLimits()
-    dispatcher = ArrivalDispatcher()
-    dispatcher.set_thread_count(cfg.threads())
-    sockets: dict = {}
-    server = waitress.create_server(
-        app, map=sockets, host=cfg.host, port=cfg.port, threads=cfg.threads(), _dispatcher=dispatcher,
-        channel_request_lookahead=1, ident="omnidraft",
-        # +1: waitress refuses a Content-Length >= its limit, Flask one > MAX_CONTENT_LENGTH; both now agree,
-        # and waitress refuses from the headers, before reading the body
-        max_request_body_size=cfg.max_body_kb * 1024 + 1,
-        max_request_header_size=limits.max_header_bytes,
-        channel_timeout=limits.idle_timeout_s, cleanup_interval=limits.cleanup_interval_s,
-        connection_limit=connection_limit(limits.connection_limit),
-        asyncore_use_poll=True)  # select() cannot watch descriptors past 1024 (FD_SETSIZE)
-    channel = type("Channel", (GuardedChannel,), {"limits": limits})
-    for listener in list(sockets.values()):  # one per address the host name resolves to
-        if isinstance(listener, BaseWSGIServer):
-            listener.channel_class = channel
-    return server
+    """The waitress server for ``app``: ``cfg.threads()`` threads, NetLimits applied, bodies up to max_body_kb."""
+    return build(app, cfg.host, cfg.port, cfg.threads(), cfg.max_body_kb * 1024, limits, error_task=JsonErrorTask)

@@ -8,7 +8,7 @@ import logging
 import threading
 import zlib
 
-from omnidraft import httpguard
+from omnidraft import httpguard, netlimits
 from omnidraft.errors import OmniDraftError
 
 from .service import InvalidRecords, Trainer
@@ -53,8 +53,7 @@ def create_app(trainer: Trainer, max_body: int = MAX_BODY):
             status, msg, code = refused
             return jsonify(error=msg, code=code), status
         if request.path.startswith("/v1/") and not httpguard.bearer_ok(request, trainer.token):
-            return jsonify(error="missing or invalid trainer token (send 'Authorization: Bearer TOKEN'; "
-                                 "see <state-dir>/token)", code="invalid_token"), 401
+            return jsonify(error=TOKEN_MISSING, code="invalid_token"), 401
         return None
 
     @app.errorhandler(HTTPException)
@@ -101,10 +100,34 @@ def create_app(trainer: Trainer, max_body: int = MAX_BODY):
     return app
 
 
-def start_http(trainer: Trainer, host: str = "127.0.0.1", port: int = 0):
-    """Serve the app on a background thread; return (server, actual port).  ``server.shutdown()`` stops it."""
-    from werkzeug.serving import make_server
+TOKEN_MISSING = ("missing or invalid trainer token (send 'Authorization: Bearer TOKEN'; "
+                 "see <state-dir>/token)")
 
-    server = make_server(host, port, create_app(trainer), threaded=True)
-    threading.Thread(target=server.serve_forever, name="omnidraft-trainer-http", daemon=True).start()
-    return server, server.server_port
+
+def build_server(app, host: str = "127.0.0.1", port: int = 0, limits: netlimits.NetLimits | None = None,
+                 threads: int = 4):
+    """The waitress server for a trainer ``app``: the server's connection policy (``omnidraft.netlimits``),
+    bodies over the app's MAX_CONTENT_LENGTH refused from their Content-Length, and the token checked from the
+    headers, so a /v1 request without it gets 401 before a byte of its body is read."""
+    token = app.config["TRAINER"].token
+
+    def admit(path: str, headers: dict):
+        if path.startswith("/v1/") and not httpguard.authorization_ok(headers.get("AUTHORIZATION", ""), token):
+            return netlimits.Refused(401, "Unauthorized", TOKEN_MISSING, "invalid_token")
+        return None
+
+    return netlimits.build(app, host, port, threads, app.config["MAX_CONTENT_LENGTH"], limits, admit=admit)
+
+
+def start_http(trainer: Trainer, host: str = "127.0.0.1", port: int = 0, limits: netlimits.NetLimits | None = None):
+    """Serve the app on a background thread (``build_server``); return (server, actual port).
+    ``server.shutdown()`` stops it."""
+    server = build_server(create_app(trainer), host, port, limits)
+
+    def shutdown():
+        server.close()
+        server.task_dispatcher.shutdown(timeout=5)
+
+    server.shutdown = shutdown
+    threading.Thread(target=server.run, name="omnidraft-trainer-http", daemon=True).start()
+    return server, server.effective_port

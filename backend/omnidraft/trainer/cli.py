@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
-import threading
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +50,7 @@ def register(sub) -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from omnidraft.cliutil import TRAINER_TOKEN_ENV, dataclass_from_args, read_secret
 
-    from .app import create_app
+    from .app import build_server, create_app
     from .service import Trainer, TrainerConfig
 
     cfg = dataclass_from_args(TrainerConfig, args)
@@ -62,20 +60,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         else cfg.root() / "token"  # where the token is, for the start-up line: never the token itself
     _check_bind(cfg.host, cfg.port, cfg.token, token_at)  # before anything loads
     trainer = Trainer(cfg).start()
-    app = create_app(trainer)
-    try:
-        import waitress
-    except ImportError:
-        waitress = None
-    if waitress is not None:
-        server = waitress.create_server(app, host=cfg.host, port=cfg.port, threads=4)
-        port, run = server.effective_port, server.run
-    else:
-        from werkzeug.serving import make_server
-
-        srv = make_server(cfg.host, cfg.port, app, threaded=True)
-        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
-        port, run = srv.server_port, srv.serve_forever
+    server = build_server(create_app(trainer), cfg.host, cfg.port)  # the server's connection limits
+    port, run = server.effective_port, server.run
     # the port bound (--port 0: any free one): a parent process reads it from this line
     print(f"trainer on http://{cfg.host}:{port}  (state {cfg.root()}, interval {cfg.interval}, "
           f"token in {token_at})", flush=True)
