@@ -285,3 +285,58 @@ def test_expect_100_continue_with_a_body_over_the_limit_is_413_at_once(tmp_path)
         assert got.startswith(b"HTTP/1.1 413") and b"100 Continue" not in got, got[:200]  # was: 100, then silence
         assert time.monotonic() - t0 < 2.0
         assert _raw_exchange(port, head.format(20).encode()).startswith(b"HTTP/1.1 100 Continue")  # within it: 100
+
+
+# ------------------------------------------------------------------ row 10: the prompt cache across keys
+class _CachingGen:
+    """Like the engine: one cached sequence, reused as far as a new prompt's tokens (words) match it."""
+
+    cached: list = []
+    policy = None
+
+    def prompt_from_text(self, text):
+        from hardening_helpers import FakePrompt
+
+        p = FakePrompt(text)
+        p.target_ids = text.split()
+        return p
+
+    def stream(self, prompt, params):
+        from omnidraft.spec.generator import Final
+        from omnidraft.spec.stats import GenerationStats
+
+        ids, old = prompt.target_ids, type(self).cached
+        n = next((i for i, (a, b) in enumerate(zip(ids, old)) if a != b), min(len(ids), len(old)))
+        type(self).cached = ids
+        yield Final("ok", [1], "length", GenerationStats("omnidraft", prompt_tokens=len(ids), completion_tokens=1,
+                                                         reused_tokens=n), [])
+
+
+def test_cached_tokens_never_tell_one_key_about_another_keys_prompt(tmp_path):
+    from hardening_helpers import FakeSession, app_maker
+
+    class Session(FakeSession):
+        def generator(self, method=None, k=None, policy=None):
+            return _CachingGen()
+
+    a, b = "key-a-" + "a" * 16, "key-b-" + "b" * 16
+    _CachingGen.cached = []
+    with app_maker(tmp_path) as make:
+        c = make(session=Session(), api_key=f"{a}\n{b}").test_client()
+
+        def cached(key: str, prompt: str) -> int:
+            r = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1},
+                       headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 200, r.get_json()
+            d = r.get_json()
+            n = d["usage"]["prompt_tokens_details"]["cached_tokens"]
+            assert d["omnidraft"]["stats"].get("reused_tokens", 0) == n  # the extension's stats say the same
+            return n
+
+        assert cached(a, "the PIN is 4711 and more") == 0
+        assert cached(a, "the PIN is 4711 and less") == 5  # the same key sees its own reuse
+        assert cached(b, "the PIN is 4711 guessed") == 0  # was 4: the other key's prompt shares "the PIN is 4711"
+        assert cached(b, "the PIN is 4711 guessed again") == 5
+        assert cached(a, "the PIN is 4712") == 0
+        r = c.post("/v1/completions", json={"prompt": "x"}, headers={"Authorization": "Bearer nope"})
+        assert r.status_code == 401

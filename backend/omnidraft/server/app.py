@@ -130,12 +130,14 @@ def _install_hooks(app: Flask) -> None:
 
     @app.before_request
     def _auth():
-        key = state(app).config.api_key
-        if not key or request.method == "OPTIONS":
+        keys = state(app).config.api_keys()
+        if not keys or request.method == "OPTIONS":
             return None
         if not (request.path.startswith("/v1/") or request.path == "/metrics"):
             return None
-        if not httpguard.bearer_ok(request, key):
+        matches = [httpguard.bearer_ok(request, k) for k in keys]  # every key compared: no early exit to time
+        request.environ["omnidraft.client"] = matches.index(True) if any(matches) else None
+        if not any(matches):
             raise ApiError(401, "missing or invalid API key (send 'Authorization: Bearer KEY')",
                            code="invalid_api_key")
         return None
@@ -205,7 +207,8 @@ def _install_routes(app: Flask) -> None:
         st = state(app)
         req = parse_request(_json_body(), kind, st.n_ctx, st.model_ids)
         disconnected = request.environ.get("waitress.client_disconnected")
-        job = Job(req, _endpoint_label(), _arrived(disconnected) + st.config.request_timeout_s, disconnected)
+        job = Job(req, _endpoint_label(), _arrived(disconnected) + st.config.request_timeout_s, disconnected,
+                  client=request.environ.get("omnidraft.client"))
         st.worker.submit(job)
         try:
             first = _checked(job.next_event())

@@ -63,8 +63,9 @@ def checked_config(args: argparse.Namespace):
         raise BadRequest(f"refusing to bind {cfg.host!r} (not loopback) without an API key: anyone on the network "
                          f"could use this machine's CPU. Give --api-key-file PATH, ${API_KEY_ENV} or --api-key KEY, "
                          f"or bind 127.0.0.1.")
-    if not cfg.is_loopback() and len(cfg.api_key) < MIN_NETWORK_SECRET:
-        raise BadRequest(f"refusing to bind {cfg.host!r} (not loopback) with a {len(cfg.api_key)}-character API key: "
+    shortest = min(map(len, cfg.api_keys()), default=0)
+    if not cfg.is_loopback() and shortest < MIN_NETWORK_SECRET:
+        raise BadRequest(f"refusing to bind {cfg.host!r} (not loopback) with a {shortest}-character API key: "
                          f"give one of at least {MIN_NETWORK_SECRET} characters (the trainer's token's minimum), "
                          f"or bind 127.0.0.1")
     if cfg.threads() < cfg.queue_size + 2:

@@ -29,7 +29,9 @@ class ServerConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind; non-loopback needs an API key"})
     port: int = field(default=8080, metadata={"help": "TCP port; 0 = any free port (printed at start-up)",
                                               "range": (0, 65535)})
-    api_key: str = field(default="", metadata={"help": "require 'Authorization: Bearer KEY' on /v1 and /metrics "
+    api_key: str = field(default="", metadata={"help": "require 'Authorization: Bearer KEY' on /v1 and /metrics; "
+                                                       "several keys, one per client, separated by whitespace (one "
+                                                       "a line in the file) "
                                                        f"(visible in ps: prefer --api-key-file or ${API_KEY_ENV})"})
     api_key_file: str = field(default="", metadata={"help": "read the API key from this file"})
     cors_origin: list[str] = field(default_factory=list,
@@ -69,6 +71,10 @@ class ServerConfig:
 
     def app_path(self) -> Path:
         return Path(self.app_dir) if self.app_dir else DEFAULT_APP_DIR
+
+    def api_keys(self) -> list[str]:
+        """The accepted keys: each client its own, so none learns another's prompts from the prompt cache."""
+        return self.api_key.split()
 
     def is_loopback(self) -> bool:
         return is_loopback_host(self.host)

@@ -66,6 +66,7 @@ class Job:
     endpoint: str
     deadline: float  # time.monotonic()
     disconnected: Callable[[], bool] | None = None  # waitress' client_disconnected, if any
+    client: int | None = None  # which API key sent it (None: no keys, every client is one)
     events: queue.Queue = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -108,6 +109,8 @@ class EngineWorker:
         self.current: Job | None = None
         self._stop = threading.Event()
         self._served = 0
+        self._cache_client: int | None = None  # who left the engine's cached prompt (Job.client)
+        self._shared = True  # the running job's client left that prompt: its usage may say how much it reused
         self.thread = threading.Thread(target=self._run, name="omnidraft-engine", daemon=True)
 
     # ------------------------------------------------------------- HTTP side
@@ -178,7 +181,10 @@ class EngineWorker:
             prompt = gen.prompt_from_messages(req.messages) if req.kind == "chat" else gen.prompt_from_text(req.prompt)
             params = dataclasses.replace(req.params, stop=list(req.params.stop),
                                          record_topk=RECORD_TOPK if self.outbox is not None else 0)
+            self._shared, self._cache_client = self._cache_client == job.client, job.client
             final = self._generate(job, gen, prompt, params, method)
+            if final is not None and not self._shared:
+                final.stats.reused_tokens = 0  # another key's prefix: its size is not this client's to learn
         except OmniDraftError as e:
             job.events.put(ApiError.from_exception(e))
             return
@@ -222,6 +228,8 @@ class EngineWorker:
         live = getattr(gen, "live_stats", None)  # counted by the generator every step
         stats = dataclasses.replace(live) if live is not None else \
             GenerationStats(method, prompt_tokens=len(prompt.target_ids))
+        if not self._shared:
+            stats.reused_tokens = 0
         version = self.session.drafter_version
         job.events.put(TimedOut(text, method, version, stats))
         self.metrics.record_generation(stats, method, version, "length", job.endpoint, None, timed_out=True)
