@@ -223,6 +223,7 @@ class CliSession(FakeSession):
         pass
 
     maybe_swap = Session.maybe_swap  # the real one: its registry read is what the server must survive
+    _bad_key = Session._bad_key
 
 
 def _serve(monkeypatch, tmp_path, argv, script):

@@ -333,7 +333,7 @@ def test_a_version_without_a_checksum_is_refused_like_a_mismatch(tmp_path):
 class _SwapSession:
     """Only what Session.maybe_swap touches; load_drafter records what it was asked to load."""
 
-    maybe_swap, _refuse = Session.maybe_swap, Session._refuse
+    maybe_swap, _refuse, _bad_key = Session.maybe_swap, Session._refuse, Session._bad_key
 
     def __init__(self, registry):
         self.registry, self.drafter_version, self.pair = registry, "base", None

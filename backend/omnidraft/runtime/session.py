@@ -77,7 +77,7 @@ class Session:
         self.pair: PairContext | None = None
         self.drafter_version = "base"  # "base" = the drafter named in settings
         self.registry = None  # anything with current() -> (version, path) | None: see maybe_swap()
-        self._bad_versions: set[str] = set()
+        self._bad_versions: set[str] = set()  # "<registry root>:<version>": a version is bad in its registry
         self.target, self.plan = invariance.load_target(models.resolve(settings.target), settings.n_ctx,
                                                         settings.threads, settings.kernels,
                                                         self.state_dir / "invariance.json", settings.gpu_layers)
@@ -134,7 +134,7 @@ class Session:
             if hasattr(self.registry, "refused"):
                 self.registry.refused(None)  # a refused version rolled back: no longer a problem
             return False
-        if cur[0] in self._bad_versions:
+        if self._bad_key(cur[0]) in self._bad_versions:
             return False
         version, path = cur
         try:
@@ -154,11 +154,15 @@ class Session:
     def _refuse(self, version: str, error: Exception) -> None:
         """A version that cannot be swapped in: logged once and not retried; the registry shows it (the
         server's WatchedRegistry puts it in /v1/omnidraft/stats "problems")."""
-        if version not in self._bad_versions:
+        if self._bad_key(version) not in self._bad_versions:
             log.error("drafter %s not swapped in, keeping %s: %s", version, self.drafter_version, error)
-            self._bad_versions.add(version)
+            self._bad_versions.add(self._bad_key(version))
         if hasattr(self.registry, "refused"):
             self.registry.refused(f"drafter {version} refused, serving {self.drafter_version}: {error}")
+
+    def _bad_key(self, version: str) -> str:
+        """Version names restart in every registry (v0001 ...): a refusal holds for its own registry only."""
+        return f"{getattr(self.registry, 'root', '')}:{version}"
 
     def cache_path(self, draft_fp: str, target_fp: str) -> Path:
         return self.state_dir / cache_filename(draft_fp, target_fp)
