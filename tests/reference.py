@@ -33,3 +33,16 @@ def reference_target_tokens(target: Engine, prompt: PromptInput, params: Generat
             break
         out.append(last)
     return out
+
+
+def rows_by_batch(engine: Engine, prefix: list[int], seq: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """One-token logits for each of seq after prefix, and the rows of every batch seq[:n], n = 1..len(seq): what
+    the small-batch kernel tests compare (a verified row must equal the row decoding computed)."""
+    engine.reset()
+    engine.decode(prefix, "none")
+    single = np.stack([engine.decode([t], "last")[0].copy() for t in seq])
+    batches = []
+    for n in range(1, len(seq) + 1):
+        engine.rollback(len(prefix))
+        batches.append(np.array(engine.decode(seq[:n], "all"), copy=True))
+    return single, batches

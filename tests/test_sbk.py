@@ -22,6 +22,7 @@ from tests import sbk_harness as H
 from omnidraft.assets import models
 from omnidraft.llama import build as llama_build, invariance
 from omnidraft.llama.engine import Engine, EngineConfig
+from tests.reference import rows_by_batch
 
 CI = bool(os.environ.get("CI"))
 MAX_ROWS = 8
@@ -88,16 +89,6 @@ def _require_kernel() -> None:
     pytest.skip("this llama.cpp build has no small-batch K-quant kernel")
 
 
-def _rows_by_batch(engine: Engine, prefix: list[int], seq: list[int]):
-    engine.reset()
-    engine.decode(prefix, "none")
-    single = np.stack([engine.decode([t], "last")[0].copy() for t in seq])
-    batches = []
-    for n in range(1, len(seq) + 1):
-        engine.rollback(len(prefix))
-        batches.append(np.array(engine.decode(seq[:n], "all"), copy=True))
-    return single, batches
-
 
 @pytest.fixture(scope="module")
 def q4_k_m_target() -> Path:
@@ -111,11 +102,11 @@ def test_q4_k_m_rows_bit_identical_and_close_to_ggml(q4_k_m_target, monkeypatch)
     with Engine(q4_k_m_target, EngineConfig(n_ctx=512, n_threads=2, batch_invariant=True)) as e:
         ids = e.tokenize(invariance.PROBE_TEXT)
         prefix, seq = ids[:20], ids[20:20 + MAX_ROWS]
-        single, batches = _rows_by_batch(e, prefix, seq)
+        single, batches = rows_by_batch(e, prefix, seq)
         for n, rows in enumerate(batches, start=1):
             assert np.array_equal(rows, single[:n]), f"a batch of {n} rows differs from one-token decoding"
         monkeypatch.setenv("OMNIDRAFT_SBQ4", "0")
-        theirs, _ = _rows_by_batch(e, prefix, seq)
+        theirs, _ = rows_by_batch(e, prefix, seq)
     assert not np.array_equal(single, theirs), "OMNIDRAFT_SBQ4=0 did not reach ggml's kernels"
     # Float summation order differs from ggml's vec_dot, and 24 layers amplify it (ggml's own repacked
     # kernels differ from its plain ones by 0.028 of the spread on this file; this kernel by 0.023).

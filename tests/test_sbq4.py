@@ -16,6 +16,7 @@ import pytest
 from omnidraft.llama import buildprobe, invariance, build as llama_build
 from omnidraft.assets import models
 from omnidraft.llama.engine import Engine, EngineConfig
+from tests.reference import rows_by_batch
 
 CI = bool(os.environ.get("CI"))
 MAX_ROWS = 8
@@ -46,24 +47,13 @@ def ggml_kernels(monkeypatch):
     return use
 
 
-def _rows_by_batch(engine: Engine, prefix: list[int], seq: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """One-token logits for each of seq, and the rows of every batch seq[:n], n = 1..len(seq)."""
-    engine.reset()
-    engine.decode(prefix, "none")
-    single = np.stack([engine.decode([t], "last")[0].copy() for t in seq])
-    batches = []
-    for n in range(1, len(seq) + 1):
-        engine.rollback(len(prefix))
-        batches.append(np.array(engine.decode(seq[:n], "all"), copy=True))
-    return single, batches
-
 
 def _check(engine: Engine, prefix: list[int], seq: list[int], ggml_kernels, rel_tol: float) -> None:
-    single, batches = _rows_by_batch(engine, prefix, seq)
+    single, batches = rows_by_batch(engine, prefix, seq)
     for n, rows in enumerate(batches, start=1):
         assert np.array_equal(rows, single[:n]), f"a batch of {n} rows differs from one-token decoding"
     with ggml_kernels():
-        theirs, _ = _rows_by_batch(engine, prefix, seq)
+        theirs, _ = rows_by_batch(engine, prefix, seq)
     assert not np.array_equal(single, theirs), "OMNIDRAFT_SBQ4=0 did not reach ggml's kernels"
     spread = float(theirs.std())
     rms = float(np.sqrt(np.mean((single - theirs) ** 2)))
@@ -82,7 +72,7 @@ def test_random_weights_rows_bit_identical_and_close_to_ggml(tmp_path, ggml_kern
     for threads in (1, 2):
         with Engine(model, EngineConfig(n_ctx=256, n_threads=threads, batch_invariant=False)) as e:
             _check(e, ids[:30], ids[30:30 + MAX_ROWS], ggml_kernels, rel_tol=0.05)
-            single, _ = _rows_by_batch(e, ids[:30], ids[30:30 + MAX_ROWS])
+            single, _ = rows_by_batch(e, ids[:30], ids[30:30 + MAX_ROWS])
     ref = buildprobe.reference_logits(weights, ids[:30 + MAX_ROWS])[30:]  # float64 forward pass of the weights
     assert float(np.sqrt(np.mean((single - ref) ** 2))) <= 0.05 * float(ref.std())
 
