@@ -14,6 +14,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -44,3 +45,27 @@ def set_aside(path: str | Path, error: Exception, what: str) -> Path:
             p.replace(str(aside) + suffix)
     log.warning("%s %s is unreadable (%s): set aside as %s; starting an empty %s", what, path, error, aside.name, what)
     return aside
+
+
+
+def open_records(path: str | Path, what: str, prepare: Callable[[sqlite3.Connection], None]) -> sqlite3.Connection:
+    """A record database: mode 0600, WAL, every commit synced (FULL), usable from any thread, autocommit, then
+    ``prepare(db)`` (its schema, and a read of every row, where most damage shows).  A file SQLite cannot read
+    is set aside (``set_aside``) and an empty one prepared instead."""
+    try:
+        return _prepared(path, prepare)
+    except sqlite3.DatabaseError as e:  # not a database, or a damaged one: keep it aside, start fresh
+        set_aside(path, e, what)
+        return _prepared(path, prepare)
+
+
+def _prepared(path: str | Path, prepare: Callable[[sqlite3.Connection], None]) -> sqlite3.Connection:
+    db = connect(path, timeout=30.0, check_same_thread=False, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        prepare(db)
+    except BaseException:
+        db.close()
+        raise
+    return db

@@ -61,21 +61,12 @@ class Outbox:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
-        try:
-            self._open()
-        except sqlite3.DatabaseError as e:  # not a database, or a damaged one: keep it aside, start fresh
-            if getattr(self, "_db", None) is not None:
-                self._db.close()
-            sqlitefile.set_aside(self.path, e, "outbox")
-            self._open()
+        self._db = sqlitefile.open_records(self.path, "outbox", self._prepare)
 
-    def _open(self) -> None:
-        self._db = sqlitefile.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        db.executescript(_SCHEMA)
         # reads every row's size: most damage to the file shows here rather than in a later put
-        self._bytes = int(self._db.execute("SELECT COALESCE(SUM(nbytes), 0) FROM records").fetchone()[0])
+        self._bytes = int(db.execute("SELECT COALESCE(SUM(nbytes), 0) FROM records").fetchone()[0])
 
     # ---------------------------------------------------------------- writes
     def put(self, record: dict) -> int:

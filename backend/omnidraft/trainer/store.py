@@ -23,27 +23,19 @@ class Inbox:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._lock = threading.Lock()
-        try:
-            self._open()
-        except sqlite3.DatabaseError as e:  # not a database, or a damaged one: keep it aside, start fresh
-            if getattr(self, "_db", None) is not None:
-                self._db.close()
-            sqlitefile.set_aside(self.path, e, "inbox")
-            self._open()
+        self._db = sqlitefile.open_records(self.path, "inbox", self._prepare)
 
-    def _open(self) -> None:
-        """Open (mode 0600, with its WAL) and read every row's header: most damage shows here, not mid-update."""
-        self._db = sqlitefile.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-                         "rid TEXT UNIQUE NOT NULL, received REAL, trained INTEGER NOT NULL DEFAULT 0, body BLOB, "
-                         "note TEXT, noted REAL)")
-        have = {row[1] for row in self._db.execute("PRAGMA table_info(records)")}
-        for col, kind in (("note", "TEXT"), ("noted", "REAL")):  # an inbox from before quarantine existed
+    @staticmethod
+    def _prepare(db: sqlite3.Connection) -> None:
+        """The schema (columns an inbox from before quarantine lacks added), and every row's header read."""
+        db.execute("CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                   "rid TEXT UNIQUE NOT NULL, received REAL, trained INTEGER NOT NULL DEFAULT 0, body BLOB, "
+                   "note TEXT, noted REAL)")
+        have = {row[1] for row in db.execute("PRAGMA table_info(records)")}
+        for col, kind in (("note", "TEXT"), ("noted", "REAL")):
             if col not in have:
-                self._db.execute(f"ALTER TABLE records ADD COLUMN {col} {kind}")
-        self._db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0), MAX(trained) FROM records").fetchone()
+                db.execute(f"ALTER TABLE records ADD COLUMN {col} {kind}")
+        db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0), MAX(trained) FROM records").fetchone()
 
     def add(self, records: list[dict]) -> tuple[int, int]:
         """Store records in one transaction; return (new, duplicates)."""
