@@ -92,7 +92,7 @@ struct acts {
 
 // One per thread, fixed (no allocation that could fail mid-graph): room for 8 rows of 2048 blocks (Q8_0
 // rows of 65,536 values; Q4_K's table takes 9 floats a block: 227 blocks, rows of 58,112); wider
-// products are left to ggml (ggml_sbk_takes asks sbk_table_fits).
+// products are left to ggml (ggml_sbk_takes compares table_floats with it).
 constexpr size_t TABLE_FLOATS = 16384;
 alignas(64) thread_local float TABLE[TABLE_FLOATS];
 
@@ -109,7 +109,6 @@ size_t table_floats(int type, int n, int64_t nb) {
 #if SBK_VARIANT >= 1 && SBK_VARIANT <= 3  // x86
 
 namespace {
-
 
 inline float fp16(const uint8_t * p) {
     uint16_t h;
