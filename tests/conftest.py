@@ -50,7 +50,7 @@ TEST_TARGET = f"{models.DEFAULT_TARGET}:q4_0"
 
 @pytest.fixture(scope="session")
 def default_session(tmp_path_factory):
-    """The real pair (the default drafter -> Qwen2.5-Coder-0.5B, Q4_0 copy), 2 threads, private state dir.
+    """The real pair (the served drafter, its 16k head -> Qwen2.5-Coder-0.5B, Q4_0 copy), 2 threads, private state dir.
 
     OMNIDRAFT_TEST_DRAFT=<name or .gguf> runs the same tests with another drafter (e.g. the full
     SmolLM2: ``OMNIDRAFT_TEST_DRAFT=smollm2-135m pytest tests/test_lossless.py``), and
@@ -60,7 +60,7 @@ def default_session(tmp_path_factory):
     from tests.serve_helpers import seed_state
 
     state = seed_state(tmp_path_factory.mktemp("state"))
-    draft = os.environ.get("OMNIDRAFT_TEST_DRAFT", models.DEFAULT_DRAFT)
+    draft = os.environ.get("OMNIDRAFT_TEST_DRAFT", models.SERVED_DRAFT)
     target = os.environ.get("OMNIDRAFT_TEST_TARGET", TEST_TARGET)
     s = Session(Settings(target=target, draft=draft, threads=2, n_ctx=2048, draft_n_ctx=2048,
                          state_dir=str(state))).warm_up()

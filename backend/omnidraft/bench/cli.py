@@ -42,7 +42,7 @@ class RunSettings:
     preset: str = field(default="small", metadata={
         "help": "small: the BENCHMARKS.md slice; full: everything (hours on 2 cores)", "choices": sorted(PRESETS)})
     targets: str | None = field(default=None, metadata={"help": "comma-separated target models", **_PRESET})
-    draft: str = field(default=models.DEFAULT_DRAFT, metadata={"help": "drafter model"})
+    draft: str = field(default=models.SERVED_DRAFT, metadata={"help": "drafter model"})
     sets: str | None = field(default=None, metadata={
         "help": "comma-separated prompt sets: humaneval, stdlib-code, docs", **_PRESET})
     n: int | None = field(default=None, metadata={"help": "prompts per set (held-out split)", **_PRESET})
@@ -87,7 +87,7 @@ class CostmodelSettings:
     """``bench costmodel``: pass times per quantization and thread count."""
 
     target: str = field(default=models.QWEN_05B, metadata={"help": "target model"})
-    draft: str = field(default=models.DEFAULT_DRAFT, metadata={"help": "drafter model"})
+    draft: str = field(default=models.SERVED_DRAFT, metadata={"help": "drafter model"})
     quants: str = field(default="q4_k_m,q4_0,q8_0", metadata={"help": "target quantizations to sweep"})
     threads_list: str = field(default="1,2", metadata={"help": "thread counts to sweep"})
     max_n: int = field(default=8, metadata={"help": "largest verification batch to time"})

@@ -33,6 +33,7 @@ from omnidraft.cliutil import add_dataclass_args, dataclass_from_args
 
 from . import dist
 from .data import PrepConfig, prepare
+from .headrank import HeadRankConfig, build as build_head_rank
 from .teacher import TeacherConfig, run_teacher
 from .train import TrainConfig, train
 
@@ -129,6 +130,8 @@ STEPS = {s.name: s for s in (
     Step("grow", GrowConfig, grow_drafter, "a distilled drafter with more of its source's layers, to train from",
          "Example: omnidraft distill grow --add 8,9,10,11 --out .distill/d12.gguf, then on the GPU "
          "`distill train --set draft_gguf=.distill/d12.gguf layers=first12 ...` (docs/DISTILL.md)"),
+    Step("head-rank", HeadRankConfig, build_head_rank, "rank the drafter's tokens by frequency in the training "
+         "texts (FR-Spec: the heads of the ':fr' drafter formats keep the most frequent)"),
     Step("all", AllConfig, run_all, "data, teacher, train and export in a row",
          "Example: omnidraft distill all --device cuda --choices first4,first8"),
 )}

@@ -49,9 +49,11 @@ PATCH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "patch")
 GGML_CPU = os.path.join("vendor", "llama.cpp", "ggml", "src", "ggml-cpu")
 TIERS = ("native", "safe", "baseline")
 COMMON = ["-DLLAVA_BUILD=OFF", "-DGGML_LLAMAFILE=OFF"]
-# The patch: the kernels' own files, copied into ggml-cpu/, and the hooks that call them, in this order.
+# The patch: the kernels' own files, copied into ggml-cpu/, and the hooks that call them, in this order;
+# then frhead.patch, which lets a drafter carry a head over its most frequent tokens (gguf_tools.frhead).
 KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h")
-HOOKS = ("sbq4-hook.patch", "sbk-hook.patch")
+HOOKS = ("sbq4-hook.patch", "sbk-hook.patch", "frhead.patch")
+FRHEAD_MARK = b"omnidraft.head_rows"  # the GGUF key frhead.patch reads: in libllama's strings only when patched
 
 # ggml option -> the /proc/cpuinfo flags it needs (all of them)
 _X86_OPTIONS = {
@@ -125,6 +127,19 @@ def _cpu_lib():
 
     libs = glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so*"))
     return ctypes.CDLL(sorted(libs)[0]) if libs else None
+
+
+def has_frhead() -> bool:
+    """Whether the installed libllama loads drafters with a frequency-ranked head (``frhead.patch``)."""
+    try:
+        import llama_cpp
+    except Exception:  # noqa: BLE001 - no llama.cpp: no patch
+        return False
+    for lib in glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libllama.so*")):
+        with open(lib, "rb") as f:
+            if FRHEAD_MARK in f.read():
+                return True
+    return False
 
 
 def has_llamafile() -> bool | None:
@@ -264,6 +279,8 @@ def main(argv: list[str]) -> int:
         why = problems()
         if not why and sbq4_wanted() and (sbq4_variant() is None or sbk_variant() is None):
             why = ["built without omnidraft's small-batch kernels"]
+        elif not why and sbq4_wanted() and not has_frhead():
+            why = ["built without omnidraft's frequency-ranked drafter head (frhead.patch)"]
         for line in why:
             print(f"llama.cpp build: {line}", file=sys.stderr)
         return 0 if not why else 1

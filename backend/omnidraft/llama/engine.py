@@ -23,6 +23,7 @@ import numpy as np
 import llama_cpp
 
 from . import loadcheck, log as llama_log
+from gguf_tools import frhead
 from gguf_tools.header import check_header
 from omnidraft.errors import ContextOverflow, EngineError, InvalidModelFile, from_gguf_tools
 
@@ -108,6 +109,7 @@ class Engine:
         try:
             self.vocab = llama_cpp.llama_model_get_vocab(self._model)
             self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+            self.head_ids = self._head_ids()
             self._read_vocab()
             if not self.config.vocab_only:
                 self._init_context()
@@ -136,6 +138,16 @@ class Engine:
             why = llama_log.SINK.take_recent() or "llama.cpp gave no reason"
             raise InvalidModelFile(f"{self.path}: llama.cpp could not load this model ({why})")
         return model
+
+    def _head_ids(self) -> np.ndarray | None:
+        """A frequency-ranked head's token per logits column (``gguf_tools.frhead``); None for a full head.
+        Columns from ``len(head_ids)`` on are padding: only a drafter that maps columns reads such a model."""
+        if self.meta(frhead.ROWS_KEY) is None:
+            return None
+        ids = frhead.head_token_ids(self.path)
+        if ids is None or len(ids) != int(self.meta(frhead.ROWS_KEY)) or ids.max(initial=0) >= self.n_vocab:
+            raise InvalidModelFile(f"{self.path}: {frhead.IDS_KEY} does not match {frhead.ROWS_KEY}")
+        return ids
 
     def _init_context(self) -> None:
         cfg = self.config

@@ -33,7 +33,7 @@ class Settings:
     """One typed settings object per process; the CLI flags are generated from it."""
 
     target: str = field(default=models.DEFAULT_TARGET, metadata={"help": "target model: short name or .gguf path"})
-    draft: str = field(default=models.DEFAULT_DRAFT, metadata={"help": "draft model: short name or .gguf path"})
+    draft: str = field(default=models.SERVED_DRAFT, metadata={"help": "draft model: short name, NAME:FORMAT or .gguf path"})
     # hybrid (prompt lookup first, the omnidraft drafter otherwise) beat omnidraft alone on all 8 sets x targets
     # measured (BENCHMARKS.md, "Default method"): free drafts cost no drafter pass
     method: str = field(default="hybrid", metadata={"help": "|".join(METHODS)})

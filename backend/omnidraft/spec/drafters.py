@@ -105,8 +105,13 @@ class ModelDrafter:
     def __init__(self, name: str, engine: Engine, translator: Translator, codec: Codec,
                  allowed: np.ndarray | None = None, eog_ids: frozenset[int] = frozenset()):
         self.name, self.engine, self.translator, self.codec = name, engine, translator, codec
+        # a frequency-ranked head (FR-Spec): logits column j is token head[j]; the row is cut to the head and
+        # every per-token step (mask, argmax, features) runs over its K columns instead of the whole vocabulary
+        self._head = engine.head_ids
         # additive mask: 0 where the drafter may propose, -inf elsewhere (TLI uses the shared vocab)
         self._bias = None if allowed is None else np.where(allowed, 0.0, -np.inf).astype(np.float32)
+        if self._bias is not None and self._head is not None:
+            self._bias = self._bias[self._head]
         self._eog = eog_ids
         self.counters = DraftCounters()
         self.ctx: list[int] = []  # the drafter's view of prompt + output, in its own ids
@@ -147,12 +152,16 @@ class ModelDrafter:
             for depth in range(k):
                 row = self.engine.decode(todo, "last")[0]
                 self.counters.pass_hist[len(todo)] = self.counters.pass_hist.get(len(todo), 0) + 1
+                if self._head is not None:
+                    row = row[:len(self._head)]
                 if self._bias is not None:
                     row = row + self._bias
-                d = int(np.argmax(row))
+                j = int(np.argmax(row))
+                d = j if self._head is None else int(self._head[j])
                 if self.engine.is_special[d] and d not in self._eog:
                     break
-                f = DraftFeatures.from_row(row, d, depth)
+                f = DraftFeatures.from_row(row, j, depth)
+                f.token = d
                 ids.append(d)
                 probs.append(f.p_top1)
                 f.ngram, f.direct = self.translator.token_flags(ids)
