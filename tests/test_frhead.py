@@ -82,6 +82,24 @@ def test_a_non_llama_drafter_is_refused(tmp_path_factory, tmp_path):
         frhead.write(qwen, tmp_path / "x.gguf", [1, 2])
 
 
+def test_a_published_version_is_served_with_the_same_head(tiny, tmp_path):
+    """runtime.heads: a full-head file gets a copy with the serving head, made once; old copies are pruned;
+    a file with its own head, or a session without one, is served as it is."""
+    from omnidraft.runtime import heads
+
+    ids = _ids(32000, 300)
+    out = tmp_path / "drafters"
+    a = heads.with_head(tiny, ids, out)
+    assert a != tiny and frhead.head_token_ids(a).tolist() == ids.tolist()
+    assert heads.with_head(tiny, ids, out) == a  # made once
+    assert heads.with_head(tiny, None, out) == tiny and heads.with_head(a, ids, out) == a
+    for i in range(heads.KEEP + 2):  # new versions: only the newest KEEP copies stay
+        v = tmp_path / f"v{i}.gguf"
+        v.write_bytes(tiny.read_bytes())
+        last = heads.with_head(v, ids, out)
+    assert len(list(out.glob("*.gguf"))) == heads.KEEP and last.exists()
+
+
 def test_format_names():
     assert models.split_format(models.SMOLLM2_D8, "fr") == ("", models.FR_DEFAULT_ROWS)
     assert models.split_format(models.SMOLLM2_D8, "fr8k") == ("", 8192)

@@ -12,6 +12,7 @@ def test_publish_during_a_generation_loop_fails_no_request(default_session, tmp_
     session = default_session
     reg = DrafterRegistry(tmp_path / "registry", keep=3)
     session.registry = reg
+    head = session.draft.head_ids
     try:
         published = threading.Event()
 
@@ -42,6 +43,9 @@ def test_publish_during_a_generation_loop_fails_no_request(default_session, tmp_
         assert all(outputs)  # every request completed, and still equals the target alone
         assert session.drafter_version == reg.current()[0] != "base"
         assert versions[0] == "base"
+        # the served drafter's frequency-ranked head is kept across the swap (runtime.heads)
+        if head is not None:
+            assert session.draft.head_ids.tolist() == head.tolist()
         # a broken publish never takes the working drafter down
         bad = tmp_path / "broken.gguf"
         bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 100)

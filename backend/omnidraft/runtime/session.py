@@ -22,6 +22,8 @@ from omnidraft.spec.methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make
 from omnidraft.vocab.ngram_cache import NGramCache, cache_filename
 from omnidraft.spec.policy import DraftPolicy, PolicyConfig, seeded_policy
 from omnidraft.spec.predictor import AcceptancePredictor
+
+from . import heads
 from omnidraft.online.registry import VersionCorrupt
 from omnidraft.vocab.bridge import build_bridge
 
@@ -138,6 +140,7 @@ class Session:
             return False
         version, path = cur
         try:
+            path = heads.with_head(path, self.draft.head_ids if self.draft else None, self.state_dir / "drafters")
             self.load_drafter(str(path))  # a file that would abort llama.cpp is refused first (llama.loadcheck)
         except Exception as e:  # noqa: BLE001 - any failure to load must leave the old drafter serving
             self._refuse(version, e)
