@@ -13,7 +13,7 @@ setup:
 	bash scripts/setup.sh
 
 models: setup
-	$(BIN)/omnidraft models pull smollm2-135m qwen2.5-coder-0.5b
+	$(BIN)/omnidraft models pull smollm2-135m smollm2-135m-d8-qwen qwen2.5-coder-0.5b
 
 ## demo: set up, fetch the pair, the target alone, then a cross-vocabulary speculative generation
 demo: models
