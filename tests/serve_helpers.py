@@ -74,7 +74,7 @@ def seed_state(state: Path) -> Path:
 @contextlib.contextmanager
 def serve_process(tmp_path: Path, *extra: str, ready_s: float = 180.0):
     """`omnidraft serve` on a free loopback port, private state dir; yields the base URL."""
-    for name in (models.DEFAULT_TARGET, models.DEFAULT_DRAFT):
+    for name in (models.QWEN_05B, models.DEFAULT_DRAFT):
         if not models.is_verified(models.get_spec(name)):
             pytest.skip(f"{name} not downloaded (make test pulls it)")
     state = tmp_path / "state"

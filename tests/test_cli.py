@@ -50,9 +50,9 @@ def test_pull_names_a_requantized_copy():
     """`models pull NAME:QTYPE` makes the copy once (make test pulled this one) and prints where it is."""
     from omnidraft.assets import models
 
-    r = run("models", "pull", f"{models.DEFAULT_TARGET}:q4_0")
+    r = run("models", "pull", f"{models.QWEN_05B}:q4_0")
     assert r.returncode == 0, r.stderr[-2000:]
-    path = models.derived_path(models.DEFAULT_TARGET, "q4_0")
+    path = models.derived_path(models.QWEN_05B, "q4_0")
     assert str(path) in r.stdout and path.is_file()
 
 

@@ -14,7 +14,7 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def test_default_pair_is_verified_in_the_user_cache():
-    for name in (models.DEFAULT_DRAFT, models.DEFAULT_TARGET):
+    for name in (models.DEFAULT_DRAFT, models.QWEN_05B):
         assert models.is_verified(models.get_spec(name)), f"run `omnidraft models pull {name}`"
 
 

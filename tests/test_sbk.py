@@ -93,7 +93,7 @@ def _require_kernel() -> None:
 @pytest.fixture(scope="module")
 def q4_k_m_target() -> Path:
     """The default target as users download it: Q4_K_M (Q4_K, Q6_K, Q5_0 and a Q8_0 output head)."""
-    return models.resolve(models.DEFAULT_TARGET)
+    return models.resolve(models.QWEN_05B)
 
 
 def test_q4_k_m_rows_bit_identical_and_close_to_ggml(q4_k_m_target, monkeypatch):

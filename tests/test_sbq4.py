@@ -82,7 +82,7 @@ def test_random_weights_rows_bit_identical_and_close_to_ggml(tmp_path, ggml_kern
 def pure_target(tmp_path_factory) -> Path:
     """The default target requantized with every tensor Q4_0 (the output head too): all its products
     run through the kernel.  Made once per machine in the model cache (about 5 s)."""
-    return models.resolve(f"{models.DEFAULT_TARGET}:q4_0_pure")
+    return models.resolve(f"{models.QWEN_05B}:q4_0_pure")
 
 
 def test_real_weights_rows_bit_identical_and_close_to_ggml(pure_target, ggml_kernels):

@@ -30,7 +30,7 @@ def client(server):
     return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-MODEL = models.DEFAULT_TARGET
+MODEL = models.QWEN_05B
 CHAT = [{"role": "user", "content": "Write a Python function that reverses a string."}]
 PROMPT = "def is_prime(n):\n"
 

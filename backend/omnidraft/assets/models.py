@@ -269,7 +269,7 @@ def split_format(name: str, qtype: str) -> tuple[str, int]:
         elif part in QUANT_TYPES and not quant:
             quant = part
         else:
-            raise ModelNotFound(f"{name}:{qtype}: unknown format {part!r}; a quantization ({', '.join(QUANT_TYPES)}), "
+            raise ModelNotFound(f"{name}:{qtype}: unknown quantization or format {part!r}; a quantization ({', '.join(QUANT_TYPES)}), "
                                 f"'{FR}' or '{FR}<N>k' (a head over the N*1024 most frequent tokens), joined by '+'")
     if rows and not get_spec(name).head_rank:
         raise ModelNotFound(f"{name}:{qtype}: no token ranking for this model's vocabulary (':{FR}' formats are "

@@ -93,7 +93,11 @@ class Session:
             self.load_drafter(settings.draft)
 
     def load_drafter(self, name_or_path: str) -> None:
-        """Load (or swap in) a drafter; the n-gram cache is kept: it is keyed by vocabulary pair."""
+        """Load (or swap in) a drafter; the n-gram cache is kept: it is keyed by vocabulary pair.  A drafter
+        swapped in for one served with a frequency-ranked head is served with the same head (runtime.heads)."""
+        if self.draft is not None and self.draft.head_ids is not None:
+            name_or_path = str(heads.with_head(models.resolve(name_or_path), self.draft.head_ids,
+                                               self.state_dir / "drafters"))
         pair = self.open_pair(name_or_path)
         old = self.draft
         self.draft, self.pair = pair.draft, pair
@@ -140,7 +144,6 @@ class Session:
             return False
         version, path = cur
         try:
-            path = heads.with_head(path, self.draft.head_ids if self.draft else None, self.state_dir / "drafters")
             self.load_drafter(str(path))  # a file that would abort llama.cpp is refused first (llama.loadcheck)
         except Exception as e:  # noqa: BLE001 - any failure to load must leave the old drafter serving
             self._refuse(version, e)
