@@ -100,6 +100,22 @@ def test_a_published_version_is_served_with_the_same_head(tiny, tmp_path):
     assert len(list(out.glob("*.gguf"))) == heads.KEEP and last.exists()
 
 
+def test_doctor_says_whether_the_build_has_the_head_patch(monkeypatch):
+    from omnidraft.apps import doctor
+
+    line = next(x for x in doctor.build_section()[0] if x.startswith("frequency-ranked drafter head:"))
+    assert line.endswith("a third cheaper pass)")  # this module runs only where the patch is in
+    monkeypatch.setattr(build, "has_frhead", lambda: False)
+    line = next(x for x in doctor.build_section()[0] if x.startswith("frequency-ranked drafter head:"))
+    assert "no (frhead.patch not in this build)" in line
+
+
+def test_a_build_without_the_patch_serves_the_full_head(monkeypatch):
+    """Where llama.cpp lacks frhead.patch (ARM builds, the upstream fallback), ':fr' names fall back, loudly."""
+    monkeypatch.setattr(build, "has_frhead", lambda: False)
+    assert models.resolve(models.SERVED_DRAFT) == models.resolve(models.DEFAULT_DRAFT)
+
+
 def test_format_names():
     assert models.split_format(models.SMOLLM2_D8, "fr") == ("", models.FR_DEFAULT_ROWS)
     assert models.split_format(models.SMOLLM2_D8, "fr8k") == ("", 8192)

@@ -65,20 +65,30 @@ def build_section() -> tuple[list[str], list[str]]:
     lines.append("llamafile kernels: " + ("ON (breaks exactness)" if feats.get("llamafile") else "off (needed)"))
     lines.append("small-batch Q4_0 kernel: " + _sbq4_line())
     lines.append("small-batch K-quant kernel: " + _sbk_line())
+    lines.append("frequency-ranked drafter head: " + (
+        "yes (the served drafter drafts over its 16k most frequent tokens: a third cheaper pass)"
+        if llama_build.has_frhead() else "no (frhead.patch not in this build): drafters use their full head"))
     return lines, llama_build.problems()
 
 
 _SBQ4_NAMES = {0: "compiled in but idle (no AVX2 in this build)", 1: "AVX2", 2: "AVX-VNNI (256-bit)",
-               3: "AVX-512 VNNI", 4: "NEON dotprod"}
+               3: "AVX-512 VNNI", 4: "NEON dotprod", 5: "NEON i8mm"}
+# What ARM users get told: the aarch64 kernels exist and were checked under emulation, never timed.
+_ARM_UNMEASURED = ("checked under qemu-aarch64 only (bit-identical rows, a float64 reference, CPU models with and "
+                   "without the features); ARM speed is unmeasured here (BENCHMARKS.md has a projection)")
 
 
 def _sbq4_line() -> str:
     variant = llama_build.sbq4_variant()
     if variant is None:
         return ("not in this build (upstream sources: ARM, or OMNIDRAFT_SBQ4=0 at setup); Q4_0 batches use "
-                "ggml's kernels" if llama_build.is_x86() else "not in this build (x86 only); ggml's ARM kernels run")
+                "ggml's kernels" if llama_build.is_x86() else "not in this build (setup patches x86 builds only; "
+                "sbq4.cpp's aarch64 NEON dotprod / i8mm variants are not built into llama.cpp yet); ggml's ARM "
+                "kernels run. The aarch64 variants: " + _ARM_UNMEASURED)
     state = "on" if llama_build.sbq4_active() else "off for this process (OMNIDRAFT_SBQ4=0)"
-    return f"{_SBQ4_NAMES.get(variant, variant)}, {state}: fast-mode Q4_0 batches of 1-8 rows, bit-identical to decoding"
+    arm = f"; {_ARM_UNMEASURED}" if variant >= 4 else ""
+    return (f"{_SBQ4_NAMES.get(variant, variant)}, {state}: fast-mode Q4_0 batches of 1-8 rows, bit-identical to "
+            f"decoding{arm}")
 
 
 def _sbk_line() -> str:
@@ -86,10 +96,12 @@ def _sbk_line() -> str:
     if variant is None:
         return ("not in this build; Q4_K_M / Q8_0 batches use ggml's kernels (2-3x a decode for 4 rows on AVX2)"
                 if llama_build.is_x86() else "not in this build (setup patches x86 builds only; the aarch64 "
-                "variant is tested under qemu, not yet built into llama.cpp); ggml's ARM kernels run")
+                "NEON dotprod variant is not built into llama.cpp yet); ggml's ARM kernels run. The aarch64 "
+                "variant: " + _ARM_UNMEASURED)
     state = "on" if llama_build.sbk_active() else "off for this process (OMNIDRAFT_SBQ4=0)"
+    arm = f"; {_ARM_UNMEASURED}" if variant >= 4 else ""
     return (f"{_SBQ4_NAMES.get(variant, variant)}, {state}: exact-mode Q4_K / Q6_K / Q5_0 / Q8_0 batches of 1-8 "
-            "rows (Q4_K_M files as downloaded), bit-identical to decoding")
+            f"rows (Q4_K_M files as downloaded), bit-identical to decoding{arm}")
 
 
 def _cxx_runtime() -> str:
