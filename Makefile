@@ -10,7 +10,7 @@ DRAFT ?= smollm2-135m-d8-qwen:q4_0_pure
 .PHONY: setup models demo test bench clean-venv
 
 setup:
-	bash scripts/setup.sh
+	bash scripts/setup/setup.sh
 
 models: setup
 	$(BIN)/omnidraft models pull smollm2-135m smollm2-135m-d8-qwen qwen2.5-coder-0.5b

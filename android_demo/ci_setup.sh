@@ -38,7 +38,7 @@ if [ -x "$VENV/bin/python" ]; then
     "$VENV/bin/python" -m pip install -q "playwright>=1.45"
   fi
 else
-  echo "[android ci] no venv at $VENV: run scripts/setup.sh first, then this script" >&2
+  echo "[android ci] no venv at $VENV: run scripts/setup/setup.sh first, then this script" >&2
   exit 2
 fi
 echo "[android ci] ready: chromium $(chromium --version 2>/dev/null | awk '{print $2}'), apktool $(apktool --version)"

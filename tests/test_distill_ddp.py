@@ -278,7 +278,7 @@ def test_topk_pass_halves_a_group_that_runs_out_of_gpu_memory():
 
 
 def test_device_pipeline_script_runs_end_to_end_on_cpu_ranks(tiny_llama, tmp_path):
-    """scripts/distill_device.sh's whole `pipeline` (teacher, drafter, scaling runs, meta), detached with `bg`
+    """scripts/device/distill_device.sh's whole `pipeline` (teacher, drafter, scaling runs, meta), detached with `bg`
     and followed with `wait` as on the GPU machine, on 2 gloo ranks: a script error found here costs no device
     time (three device runs were lost to the steps around the code, not to the code)."""
     w = tmp_path / "w"

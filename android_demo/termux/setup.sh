@@ -21,7 +21,7 @@ JOBS="${OMNIDRAFT_BUILD_JOBS:-4}"
 
 if [ -z "${PREFIX:-}" ] || [ ! -d "${PREFIX}" ] || ! command -v pkg >/dev/null; then
   echo "setup.sh: this script is for Termux on Android (PREFIX/pkg not found)." >&2
-  echo "On a laptop use scripts/setup.sh instead." >&2
+  echo "On a laptop use scripts/setup/setup.sh instead." >&2
   exit 2
 fi
 
@@ -45,7 +45,7 @@ if ! "$PY" "$LLAMA_OK" 2>/dev/null; then
 fi
 
 echo "[termux] omnidraft (no training extras: torch does not run under Termux)"
-"$PY" -m pip install -q -c "$REPO/scripts/constraints.txt" -e "$REPO" \
+"$PY" -m pip install -q -c "$REPO/scripts/setup/constraints.txt" -e "$REPO" \
   || "$PY" -m pip install -q -e "$REPO"
 
 echo "[termux] checking the llama.cpp build (tiny model, child process)"

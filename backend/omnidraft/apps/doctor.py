@@ -65,10 +65,14 @@ def build_section() -> tuple[list[str], list[str]]:
     lines.append("llamafile kernels: " + ("ON (breaks exactness)" if feats.get("llamafile") else "off (needed)"))
     lines.append("small-batch Q4_0 kernel: " + _sbq4_line())
     lines.append("small-batch K-quant kernel: " + _sbk_line())
-    lines.append("frequency-ranked drafter head: " + (
-        "yes (the served drafter drafts over its 16k most frequent tokens: a third cheaper pass)"
-        if llama_build.has_frhead() else "no (frhead.patch not in this build): drafters use their full head"))
+    lines.append("frequency-ranked drafter head: " + _frhead_line())
     return lines, llama_build.problems()
+
+
+def _frhead_line() -> str:
+    if llama_build.has_frhead():
+        return "yes (the served drafter drafts over its 16k most frequent tokens: a third cheaper pass)"
+    return "no (frhead.patch not in this build): drafters use their full head"
 
 
 _SBQ4_NAMES = {0: "compiled in but idle (no AVX2 in this build)", 1: "AVX2", 2: "AVX-VNNI (256-bit)",

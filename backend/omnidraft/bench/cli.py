@@ -143,7 +143,7 @@ def register(sub) -> None:
                       description="Writes skeletons of the cached real models (metadata + tensor shapes, no "
                                   "weights), builds random-weight GGUFs of the same shapes and quantization with "
                                   "`omnidraft gguf synth` + quantize, and times T_verify(n) and T_draft. "
-                                  "scripts/device_costmodel.sh runs the same on another machine.")
+                                  "scripts/device/device_costmodel.sh runs the same on another machine.")
     device.add_arguments(y)
     y.add_argument("--out", default="results", help="directory for the JSON")
     y.set_defaults(func=device.cmd_synthetic)

@@ -6,7 +6,7 @@ Synthesizes each ``DIR/<name>.gguf.gz`` skeleton (``gguf_tools.synth``: same met
 quantization as the real file, random weights), then times target passes of n = 1..max_n tokens
 (``costmodel.time_passes``) at each thread count on the CPU and, with ``--gpu``, fully offloaded.
 The JSON records the machine (CPU model, cores, GPU, build flags) beside every figure.
-``scripts/device_costmodel.sh`` runs this on the lent GPU machine; ``cmd_synthetic`` is the
+``scripts/device/device_costmodel.sh`` runs this on the lent GPU machine; ``cmd_synthetic`` is the
 ``omnidraft bench costmodel --synthetic`` entry point on this machine.
 """
 
@@ -120,7 +120,7 @@ def measure_direct(path: str, threads: int, gpu: bool, batch_invariant: bool, ma
     from Engine, but loaded through llama_cpp.Llama (2026-11-26); same passes, same timing.
     """
     import llama_cpp
-    import numpy as np  # after llama_cpp: its libstdc++ first (see scripts/device_costmodel.sh)
+    import numpy as np  # after llama_cpp: its libstdc++ first (see scripts/device/device_costmodel.sh)
 
     t0 = time.perf_counter()
     llm = llama_cpp.Llama(str(path), n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads,

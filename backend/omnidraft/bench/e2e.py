@@ -1,4 +1,4 @@
-"""One table from the `bench run` files of an end-to-end sweep (issue 28, scripts/device_e2e.sh).
+"""One table from the `bench run` files of an end-to-end sweep (issue 28, scripts/device/device_e2e.sh).
 
     python -m omnidraft.bench.e2e DIR     # reads DIR/<where>/*.json, writes DIR/e2e-summary.{md,json}
 

@@ -32,7 +32,7 @@ Online (``record_loss``), a third term may weigh the request's own prompt, teach
 
 The prompt is text the user brought (their code, their language), the drafter reads it anyway, and a record
 carries more prompt than output tokens (188 against 80 drafter tokens in a JavaScript stream request): in a
-domain distillation never saw, it is most of what an update can learn from (``scripts/adapt_lab.py``: JavaScript
+domain distillation never saw, it is most of what an update can learn from (``scripts/lab/adapt_lab.py``: JavaScript
 held-out top-1 69.2 % without it, 70.2 % with 0.5, from 68.1 %, after 64 prompts in one pass at interval 16).
 Only the rows a term uses go through the head.
 """

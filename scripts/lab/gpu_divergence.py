@@ -7,7 +7,7 @@ texts part.  There, the target's logits for that position from a one-token pass 
 inside passes of 2 and 3 rows.  Then the start-up probe again at longer prefixes, and one-token passes
 timed in a run against right after a 3-row pass (the start-up cost model's bias on the GPU).
 
-    python scripts/gpu_divergence.py TARGET SNAPSHOT.json OUT.json [GPU_LAYERS] [N] [TOKENS]
+    python scripts/lab/gpu_divergence.py TARGET SNAPSHOT.json OUT.json [GPU_LAYERS] [N] [TOKENS]
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every device call carries the work tree (tracked + untracked-not-ignored files, counted in disk blocks,
 # at most 64 MiB with what `carry` adds). The bundled drafter alone is 48 MiB of it, so a session of
-# 48 MiB part calls (scripts/device_xfer.sh) takes it out of the index for the duration:
-#   scripts/device_tree.sh light     untrack the bundled GGUFs and list them in .git/info/exclude (the files stay)
-#   scripts/device_tree.sh restore   track them again (run before any commit: a commit while light deletes them)
-#   scripts/device_tree.sh size      MiB a call would carry now, before its carried paths
+# 48 MiB part calls (scripts/device/device_xfer.sh) takes it out of the index for the duration:
+#   scripts/device/device_tree.sh light     untrack the bundled GGUFs and list them in .git/info/exclude (the files stay)
+#   scripts/device/device_tree.sh restore   track them again (run before any commit: a commit while light deletes them)
+#   scripts/device/device_tree.sh size      MiB a call would carry now, before its carried paths
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXCLUDE=$(git rev-parse --git-path info/exclude)

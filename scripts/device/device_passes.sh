@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # T(n) of the small-batch kernel against ggml's own kernels on the lent machine's many-core CPU (issue 24).
 #
-#   scripts/device_passes.sh prepare    # here: .devcarry/ = this venv's patched llama_cpp build, the gguf
+#   scripts/device/device_passes.sh prepare    # here: .devcarry/ = this venv's patched llama_cpp build, the gguf
 #                                       #       wheel for the device's Python, a skeleton of the 1.5B model
-#   scripts/device_passes.sh run [THREADS]   # there: synthesize the 1.5B shapes in pure Q4_0 (random
+#   scripts/device/device_passes.sh run [THREADS]   # there: synthesize the 1.5B shapes in pure Q4_0 (random
 #                                       #       weights: speed does not depend on their values), then
 #                                       #       `omnidraft bench passes` at 4, 8, 16 threads
 # Through the device tool, from the repository root:
-#   run(command="bash scripts/device_passes.sh run", carry=[".devcarry"])
+#   run(command="bash scripts/device/device_passes.sh run", carry=[".devcarry"])
 # The JSON and markdown land in $OUT; copy them to results/device/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ OUT="${OUT:-/tmp/device-out}"
 
 prepare() {
   local py="${PYTHON:-.venv/bin/python}" site
-  MODELS=qwen2.5-coder-1.5b bash scripts/device_costmodel.sh prepare >/dev/null
+  MODELS=qwen2.5-coder-1.5b bash scripts/device/device_costmodel.sh prepare >/dev/null
   site=$("$py" -c 'import llama_cpp, os; print(os.path.dirname(os.path.dirname(llama_cpp.__file__)))')
   "$py" -c 'from omnidraft.llama import build as b; import sys; sys.exit(0 if b.sbq4_variant() else 1)' \
     || { echo "this venv's llama.cpp has no small-batch kernel: run make setup first" >&2; exit 1; }

@@ -1,13 +1,13 @@
 """Timing on another machine with random-weight models of the real shapes (weights do not change timing).
 
-    python scripts/device_kernels.py targets  --device cpu --threads 4,8 --skeletons DIR --out FILE
-    python scripts/device_kernels.py drafters --device gpu --skeletons DIR --out FILE
+    python scripts/device/device_kernels.py targets  --device cpu --threads 4,8 --skeletons DIR --out FILE
+    python scripts/device/device_kernels.py drafters --device gpu --skeletons DIR --out FILE
 
 ``targets``: per Qwen target, quantization (Q4_K_M as shipped, Q4_0) and kernel mode, the fidelity of
 batched logits and T(n)/T(1) (``invariance.measure``).  ``drafters``: T_draft, one drafted token after a
 128-token context (``costmodel.time_passes``), for SmolLM2-135M cut to its first 2/4/6/8 layers and
 whole (30), Q4_1 like the real file.
-Run by scripts/device_check.sh; prints one JSON line per row and writes them all to --out.
+Run by scripts/device/device_check.sh; prints one JSON line per row and writes them all to --out.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Two steps, each one process under the machine's CPU lock:
 
-    python scripts/adapt_lab.py records --out /tmp/lab --n-stream 64      # the target's records, once
-    python scripts/adapt_lab.py train --out /tmp/lab --configs full-1e-4,lora32-2e-4 --interval 16
+    python scripts/lab/adapt_lab.py records --out /tmp/lab --n-stream 64      # the target's records, once
+    python scripts/lab/adapt_lab.py train --out /tmp/lab --configs full-1e-4,lora32-2e-4 --interval 16
 
 ``records`` generates (greedy; the text, and so each record, is the target's whichever drafter drafts) the
 JavaScript stream's records, the held-out records of JavaScript, Python code and chat, and the replay pool

@@ -1,7 +1,7 @@
 """What a stream memory would add on ``omnidraft adapt``'s default scenario (issue 26), measured before it is built.
 
-    flock /tmp/cpu.lock python scripts/memory_lab.py --e2e 3-frequent-c2,2-frequent,3-frequent
-    flock /tmp/cpu.lock python scripts/memory_lab.py --stream-set npm-cli --e2e 3-frequent-c2,2-frequent --no-old \
+    flock /tmp/cpu.lock python scripts/lab/memory_lab.py --e2e 3-frequent-c2,2-frequent,3-frequent
+    flock /tmp/cpu.lock python scripts/lab/memory_lab.py --stream-set npm-cli --e2e 3-frequent-c2,2-frequent --no-old \
         --out results/memory-lab-npm-cli.json
 
 A stream memory (``StreamMemory`` below; measured, not built into the package: BENCHMARKS.md, Adaptation)

@@ -1,29 +1,29 @@
 #!/usr/bin/env bash
 # Runs `omnidraft distill teacher` and `train` on the lent GPU machine (docs/DISTILL.md).
 # The GGUFs, the gguf wheel and the texts npz (from `omnidraft distill data`) reach it in parts first:
-#   here:  scripts/device_xfer.sh pack models <target gguf> <SmolLM2 gguf> .whl/gguf-*.whl
-#          scripts/device_xfer.sh pack texts .distill/texts.npz
-#   there: one call per part, `scripts/device_xfer.sh recv models|texts` (docs/DISTILL.md)
+#   here:  scripts/device/device_xfer.sh pack models <target gguf> <SmolLM2 gguf> .whl/gguf-*.whl
+#          scripts/device/device_xfer.sh pack texts .distill/texts.npz
+#   there: one call per part, `scripts/device/device_xfer.sh recv models|texts` (docs/DISTILL.md)
 # Every step runs under torchrun on $NPROC GPUs of this host (default: all that nvidia-smi -L lists).
-#   usage: scripts/distill_device.sh prepare                     join the parts, install the wheel
-#          scripts/distill_device.sh teacher [KEY=VALUE...]      write $W/data.npz
-#          scripts/distill_device.sh train CHOICE MIN [KEY=VALUE...]
+#   usage: scripts/device/distill_device.sh prepare                     join the parts, install the wheel
+#          scripts/device/distill_device.sh teacher [KEY=VALUE...]      write $W/data.npz
+#          scripts/device/distill_device.sh train CHOICE MIN [KEY=VALUE...]
 #              train one layer choice for at most MIN minutes; $OUT/<NAME>/ gets the tensors
 #              (NAME=... among the KEY=VALUEs is not a config field: it names the run's folder, default CHOICE)
-#          scripts/distill_device.sh scale CHOICE STEPS [KEY=VALUE...]
+#          scripts/device/distill_device.sh scale CHOICE STEPS [KEY=VALUE...]
 #              the same STEPS global steps (4 groups of $MICRO = 16384 padded tokens; N ranks accumulate 4/N
 #              each) on N = 1, 2, 4 GPUs, as many as there are; $OUT/scale-N/ gets each history.json
-#          scripts/distill_device.sh pipeline                    teacher (unless $W/data.npz is there),
+#          scripts/device/distill_device.sh pipeline                    teacher (unless $W/data.npz is there),
 #              `train` $CHOICE (default first8) from $INIT (default SmolLM2) on every GPU for at most
 #              $TRAIN_MIN minutes (default 4.5), then `scale` for $SCALE_STEPS steps (default 20; 0: none):
 #              $OUT/final/ and $OUT/meta.tgz (scale histories, logs, the data's meta); run it with `bg`
-#          scripts/distill_device.sh bg NAME STEP ARGS...        the same, detached (longer than one call);
+#          scripts/device/distill_device.sh bg NAME STEP ARGS...        the same, detached (longer than one call);
 #                                                                its $OUT is $W/out-NAME
-#          scripts/distill_device.sh wait NAME SECONDS [TEXT]    wait for it at most SECONDS (or until its log
+#          scripts/device/distill_device.sh wait NAME SECONDS [TEXT]    wait for it at most SECONDS (or until its log
 #                                                                holds TEXT); its log's tail
-#          scripts/distill_device.sh stacks                      every rank prints its threads' stacks to its log
+#          scripts/device/distill_device.sh stacks                      every rank prints its threads' stacks to its log
 #                                                                (wait does it when the log is silent 2 min)
-#          scripts/distill_device.sh fetch NAME                  copy $W/out-NAME/ to this call's $OUT
+#          scripts/device/distill_device.sh fetch NAME                  copy $W/out-NAME/ to this call's $OUT
 set -euo pipefail
 W=${W:-/tmp/w}           # work dir: texts, teacher data, runs, logs (prepare puts it in /dev/shm where it fits)
 SITE=${SITE:-/tmp/site}  # the wheels installed there, and a stub llama_cpp
@@ -48,8 +48,8 @@ if [ "$1" = prepare ]; then
     mkdir -p /dev/shm/w && ln -s /dev/shm/w /tmp/w && echo "work dir: /dev/shm/w"
   fi
   df -h /tmp /dev/shm | tail -n +1
-  bash scripts/device_xfer.sh join models /tmp/m
-  bash scripts/device_xfer.sh join texts "$W"
+  bash scripts/device/device_xfer.sh join models /tmp/m
+  bash scripts/device/device_xfer.sh join texts "$W"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
     /tmp/m/*.whl
   nvidia-smi -L; nproc; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'
@@ -92,7 +92,7 @@ bg)
   # while that happens fails (a device run lost its teacher to "No module named gguf_tools.convert")
   rm -rf "$W/code-$name" && mkdir -p "$W/code-$name" && cp -r backend gguf_tools scripts "$W/code-$name/"
   cd "$W/code-$name"
-  OUT="$W/out-$name" setsid nohup bash scripts/distill_device.sh "$@" > "$W/$name.log" 2>&1 < /dev/null &
+  OUT="$W/out-$name" setsid nohup bash scripts/device/distill_device.sh "$@" > "$W/$name.log" 2>&1 < /dev/null &
   echo $! > "$W/$name.pid"
   echo "started $name (pid $(cat "$W/$name.pid"))" ;;
 wait)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Cost model of the lent GPU machine from random-weight copies of the default models (issue 9).
 #
-#   scripts/device_costmodel.sh prepare      # here: fill .devcarry/ (trimmed llama.cpp sources, wheels, skeletons)
-#   scripts/device_costmodel.sh cpu [THREADS] # there: CPU build, synthesize, time at 1,2,4,8 threads
-#   scripts/device_costmodel.sh gpu           # there: CUDA build, synthesize, time fully offloaded
+#   scripts/device/device_costmodel.sh prepare      # here: fill .devcarry/ (trimmed llama.cpp sources, wheels, skeletons)
+#   scripts/device/device_costmodel.sh cpu [THREADS] # there: CPU build, synthesize, time at 1,2,4,8 threads
+#   scripts/device/device_costmodel.sh gpu           # there: CUDA build, synthesize, time fully offloaded
 #
 # On the device machine, through the device tool, from the repository root:
-#   run(command="bash scripts/device_costmodel.sh cpu", carry=[".devcarry"])
-#   run(command="bash scripts/device_costmodel.sh gpu", carry=[".devcarry"])
+#   run(command="bash scripts/device/device_costmodel.sh cpu", carry=[".devcarry"])
+#   run(command="bash scripts/device/device_costmodel.sh gpu", carry=[".devcarry"])
 # JSON, build and run logs land in $OUT (device-cpu.json / device-gpu.json); copy them to results/.
 # .devcarry/ is listed in .git/info/exclude and travels only through `carry` (about 9 MB).
 set -euo pipefail

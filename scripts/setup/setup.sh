@@ -13,7 +13,7 @@ fi
 STAMP="$VENV/.omnidraft-setup"
 # The CPU's feature flags are part of the stamp: a venv carried to another CPU (an AMD build on an AMX
 # Xeon, say) runs setup again, so the build probe below checks the build before any generation does.
-WANT="$( (cat pyproject.toml scripts/constraints.txt scripts/setup.sh backend/omnidraft/llama/build.py \
+WANT="$( (cat pyproject.toml scripts/setup/constraints.txt scripts/setup/setup.sh backend/omnidraft/llama/build.py \
           backend/omnidraft/llama/buildprobe.py backend/omnidraft/llama/patch/*; echo "${OMNIDRAFT_SBQ4:-}"; \
           grep -m1 '^flags' /proc/cpuinfo 2>/dev/null) | sha256sum | cut -d' ' -f1)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
@@ -52,7 +52,7 @@ fi
 "$VENV/bin/python" -m pip install -q llama-cpp-python==0.3.36  # its pure-Python dependencies
 # Ask for torch by exact version first: a bare `torch` would pull a multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q torch==2.13.0
-"$VENV/bin/python" -m pip install -q -c scripts/constraints.txt -e ".[train,test,bench]"
+"$VENV/bin/python" -m pip install -q -c scripts/setup/constraints.txt -e ".[train,test,bench]"
 
 # Check what was built before declaring success: a tiny model decoded in a child process, both
 # engine modes, batches of 1..8, against a numpy reference.  On a crash or wrong numbers, rebuild

@@ -4,35 +4,35 @@
 # chat, the device CPU at 4, 8, 16 threads and the H100 with full offload; per-step breakdown and the cost
 # policy's choices.  docs/DEVICE.md ("End-to-end on the device") has the exact call sequence.
 #
-#   here:  scripts/device_e2e.sh prepare       .deve2e/ (trimmed llama.cpp sources, the kernel overlay, wheels,
+#   here:  scripts/device/device_e2e.sh prepare       .deve2e/ (trimmed llama.cpp sources, the kernel overlay, wheels,
 #                                              prompt snapshots, derived files' sha256) and .devxfer/e2e/ (the
 #                                              Q4_K_M targets + the bundled drafter in 48 MiB parts)
-#   there: scripts/device_xfer.sh recv e2e     one call per part (run's carry: [".devxfer/e2e/partNNN"], the
+#   there: scripts/device/device_xfer.sh recv e2e     one call per part (run's carry: [".devxfer/e2e/partNNN"], the
 #                                              first also ".devxfer/e2e/manifest")
-#          scripts/device_e2e.sh build         three builds from .deve2e's sources at once: cpu (the project's
+#          scripts/device/device_e2e.sh build         three builds from .deve2e's sources at once: cpu (the project's
 #                                              flags + small-batch kernel), upstream (no kernel, llamafile on:
 #                                              plain llama-cpp-python built the same way), gpu (CUDA sm_90);
 #                                              then, once every part is there, the models (join, q4_0_pure)
-#          scripts/device_e2e.sh models        join the parts into $OMNIDRAFT_CACHE, derive the q4_0_pure files
-#          scripts/device_e2e.sh cpu THREADS...  bench runs at each thread count (+ the upstream build's peer run)
-#          scripts/device_e2e.sh gpu           bench runs fully offloaded: the kernel plan, then batches forced to 7
-#          scripts/device_e2e.sh all [THREADS...]  gpu, then cpu (default 16 8 4), summarising after each place
-#          scripts/device_e2e.sh recheck       a second round (BUILDS="cpu gpu"): scripts/gpu_divergence.py on chat
+#          scripts/device/device_e2e.sh models        join the parts into $OMNIDRAFT_CACHE, derive the q4_0_pure files
+#          scripts/device/device_e2e.sh cpu THREADS...  bench runs at each thread count (+ the upstream build's peer run)
+#          scripts/device/device_e2e.sh gpu           bench runs fully offloaded: the kernel plan, then batches forced to 7
+#          scripts/device/device_e2e.sh all [THREADS...]  gpu, then cpu (default 16 8 4), summarising after each place
+#          scripts/device/device_e2e.sh recheck       a second round (BUILDS="cpu gpu"): scripts/lab/gpu_divergence.py on chat
 #                                              for the 1.5B in both formats, the GPU sweep again (gpu-guard),
 #                                              the Q4_0 targets at 16 and 8 threads again (cpuN-guard)
-#          scripts/device_e2e.sh resume        the guard's kept verdict across processes: the 1.5B on the GPU,
-#                                              one `omnidraft generate` process a prompt (scripts/guard_resume.py)
-#          scripts/device_e2e.sh threads [THREADS...]  the drafter's auto-tuned threads against all (8 16 4)
-#          scripts/device_e2e.sh gpu-hybrid    the default method on the GPU (q4_0_pure targets), then resume
-#          scripts/device_e2e.sh round3        threads 8 16, gpu-hybrid, threads 4 (the third round, 2026-11-28)
-#          scripts/device_e2e.sh seed DIR      no e2e parts: the 1.5B q4_0_pure and the drafter (bundled and
+#          scripts/device/device_e2e.sh resume        the guard's kept verdict across processes: the 1.5B on the GPU,
+#                                              one `omnidraft generate` process a prompt (scripts/lab/guard_resume.py)
+#          scripts/device/device_e2e.sh threads [THREADS...]  the drafter's auto-tuned threads against all (8 16 4)
+#          scripts/device/device_e2e.sh gpu-hybrid    the default method on the GPU (q4_0_pure targets), then resume
+#          scripts/device/device_e2e.sh round3        threads 8 16, gpu-hybrid, threads 4 (the third round, 2026-11-28)
+#          scripts/device/device_e2e.sh seed DIR      no e2e parts: the 1.5B q4_0_pure and the drafter (bundled and
 #                                              q4_0_pure) from DIR (a distill run's /tmp/m) into the cache, for
 #                                              PURE=qwen2.5-coder-1.5b:q4_0_pure runs beside a distill run
-#          scripts/device_e2e.sh bg NAME STEP ARGS...   a step detached (longer than one call); log /tmp/e2e/NAME.log
-#          scripts/device_e2e.sh wait NAME SECONDS [TEXT]   until it ends (or its log holds TEXT); its log's tail,
+#          scripts/device/device_e2e.sh bg NAME STEP ARGS...   a step detached (longer than one call); log /tmp/e2e/NAME.log
+#          scripts/device/device_e2e.sh wait NAME SECONDS [TEXT]   until it ends (or its log holds TEXT); its log's tail,
 #                                              and the results so far into $OUT, as fetch (NOFETCH=1: not)
-#          scripts/device_e2e.sh fetch         the results so far into this call's $OUT (one .tgz + the summary)
-#   here, a dry run on this machine's build and cache: LOCAL=1 scripts/device_e2e.sh cpu 2
+#          scripts/device/device_e2e.sh fetch         the results so far into this call's $OUT (one .tgz + the summary)
+#   here, a dry run on this machine's build and cache: LOCAL=1 scripts/device/device_e2e.sh cpu 2
 #
 # Knobs (environment): N prompts a set (2), TOKENS a prompt (64), KS fixed draft lengths (2,3,4,5,6),
 # KS_KM for the Q4_K_M targets on the CPU (2: their fast kernels verify at most 3 rows, so the plan caps every
@@ -65,7 +65,7 @@ prepare() {  # here
   exclude="$(git rev-parse --git-common-dir)/info/exclude"  # .git is a file in a worktree
   grep -qx '/.deve2e/' "$exclude" 2>/dev/null || echo '/.deve2e/' >> "$exclude"
   local trimmed=".devcarry/llama_cpp_python-$VERSION-trimmed.tar.gz"
-  [ -f "$trimmed" ] || PYTHON="$py" MODELS=qwen2.5-coder-1.5b bash scripts/device_costmodel.sh prepare >/dev/null
+  [ -f "$trimmed" ] || PYTHON="$py" MODELS=qwen2.5-coder-1.5b bash scripts/device/device_costmodel.sh prepare >/dev/null
   cp "$trimmed" "$CARRY/"
   # the small-batch kernel as an overlay of the 4 files it adds or changes (the machine there may lack patch(1))
   tmp=$(mktemp -d)
@@ -85,11 +85,11 @@ prepare() {  # here
   ( cd "$cache/models/derived" && sha256sum qwen2.5-coder-1.5b-instruct-q4_0_pure.gguf \
       qwen2.5-coder-0.5b-instruct-q4_0_pure.gguf smollm2-135m-d8-q4_0_pure.gguf ) > "$CARRY/derived.sha256" \
     || echo "no derived files here to pin: they are made there unchecked" >&2
-  bash scripts/device_xfer.sh pack e2e "$cache/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
+  bash scripts/device/device_xfer.sh pack e2e "$cache/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
     "$cache/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$DRAFTER_FILE"
   du -sh "$CARRY" .devxfer/e2e
   if git ls-files --error-unmatch "$DRAFTER_FILE" >/dev/null 2>&1; then
-    echo "NOTE: $DRAFTER_FILE is tracked (48 MiB of every call): 'bash scripts/device_tree.sh light' for the" \
+    echo "NOTE: $DRAFTER_FILE is tracked (48 MiB of every call): 'bash scripts/device/device_tree.sh light' for the" \
          "session, so that a part fits beside the tree; 'restore' afterwards (docs/DEVICE.md)"
   fi
 }
@@ -168,7 +168,7 @@ models() {  # the parts joined into $OMNIDRAFT_CACHE (registry names work as her
   local m="$OMNIDRAFT_CACHE/models" t0=$SECONDS
   if [ -z "${LOCAL:-}" ]; then
     if [ ! -f "$m/.joined" ]; then
-      bash scripts/device_xfer.sh join e2e "$m" || { say "join failed: parts missing or damaged"; return 1; }
+      bash scripts/device/device_xfer.sh join e2e "$m" || { say "join failed: parts missing or damaged"; return 1; }
       touch "$m/.joined"
       rm -rf /tmp/xfer/e2e  # 1.6 GB of parts no longer needed
     fi
@@ -296,7 +296,7 @@ recheck() {  # a second round (BUILDS="cpu gpu"; gpu alone with RECHECK_THREADS=
   mkdir -p "$W/res/diverge"
   for t in ${DIVERGE:-$Q15 $Q15:q4_0_pure}; do
     say "divergence: $t"
-    $PY scripts/gpu_divergence.py "$t" "$W/carry/prompts/chat.json" "$W/res/diverge/${t//[:.]/_}.json" \
+    $PY scripts/lab/gpu_divergence.py "$t" "$W/carry/prompts/chat.json" "$W/res/diverge/${t//[:.]/_}.json" \
       "$([ -n "${LOCAL:-}" ] && echo 0 || echo -1)" "$N" "$TOKENS" 2>&1 | tee -a "$W/res/diverge/run.log" \
       || say "divergence FAILED: $t"
   done
@@ -311,7 +311,7 @@ recheck() {  # a second round (BUILDS="cpu gpu"; gpu alone with RECHECK_THREADS=
   say "recheck done"
 }
 
-resume() {  # issue 28: does the guard's kept verdict carry from one process to the next? (scripts/guard_resume.py)
+resume() {  # issue 28: does the guard's kept verdict carry from one process to the next? (scripts/lab/guard_resume.py)
   need_models
   local g=gpu layers=-1 set
   [ -n "${LOCAL:-}" ] && g=cpu && layers=0
@@ -321,7 +321,7 @@ resume() {  # issue 28: does the guard's kept verdict carry from one process to 
   mkdir -p "$W/res/resume"
   for set in humaneval chat; do
     say "guard resume: $set"
-    $PY scripts/guard_resume.py "$Q15:q4_0_pure" "$W/carry/prompts/$set.json" "$W/res/resume/$set.json" \
+    $PY scripts/lab/guard_resume.py "$Q15:q4_0_pure" "$W/carry/prompts/$set.json" "$W/res/resume/$set.json" \
       --draft "$DRAFT" --n "${RESUME_N:-4}" --tokens "${GPU_TOKENS:-96}" --gpu-layers "$layers" 2>&1 |
       tee -a "$W/res/resume/run.log" || say "guard resume FAILED: $set"
   done
@@ -379,7 +379,7 @@ case "${1:-}" in
     # from a private copy of the code, as distill_device.sh's bg: every later call lays the work tree down
     # again, and a module imported (or a file linked) while that happens is lost to the detached step
     rm -rf "$W/code-$name" && mkdir -p "$W/code-$name" && cp -r backend gguf_tools scripts models "$W/code-$name/"
-    setsid nohup bash "$W/code-$name/scripts/device_e2e.sh" "$@" > "$W/$name.log" 2>&1 < /dev/null &
+    setsid nohup bash "$W/code-$name/scripts/device/device_e2e.sh" "$@" > "$W/$name.log" 2>&1 < /dev/null &
     echo $! > "$W/$name.pid"
     echo "started $name (pid $(cat "$W/$name.pid")): $*" ;;
   wait)

@@ -1,7 +1,7 @@
 """Draw a results JSON's plots again, with the code that drew them (results/README.md: plots are kept only where
 a document cites them; the others are made again from their JSON on demand).
 
-    .venv/bin/python scripts/replot.py results/20261126-072324.json [--out DIR]
+    .venv/bin/python scripts/lab/replot.py results/20261126-072324.json [--out DIR]
 
 Three kinds, told apart by their keys: `omnidraft bench run` (one speedup and one time plot per run, named as
 the run named them), `omnidraft bench passes` (passes-TAG.png) and `omnidraft adapt` (NAME.png beside NAME.json).

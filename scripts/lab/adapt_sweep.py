@@ -10,7 +10,7 @@ Each point is scored on the held-out prompts by
 
 beside the base drafter and the control (untrained, re-exported the same way).
 
-    python scripts/adapt_sweep.py --out /tmp/sweep --threads 2 --lrs 1e-4,2e-4,5e-4 --intervals 8,16
+    python scripts/lab/adapt_sweep.py --out /tmp/sweep --threads 2 --lrs 1e-4,2e-4,5e-4 --intervals 8,16
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the default generation on A (the first process: it measures the cost model and j
 (every process resumes the verdict ``guard.json`` and the cost model kept so far). Speeds are decode tokens over
 decode seconds summed over a half's prompts (model loading excluded, as in ``bench run``).
 
-    python scripts/guard_resume.py TARGET PROMPTS OUT.json [--n 4] [--tokens 96] [--gpu-layers -1] [--threads 0]
+    python scripts/lab/guard_resume.py TARGET PROMPTS OUT.json [--n 4] [--tokens 96] [--gpu-layers -1] [--threads 0]
         [--draft D]
 
 PROMPTS is a set name or a snapshot .json (``bench.snapshot``); --n prompts a half; OUT.json gets the rounds,

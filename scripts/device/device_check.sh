@@ -5,8 +5,8 @@
 # models of the real shapes (Q4_K_M as shipped, Q4_0 requantized) at 4 and 8 threads, then the same
 # with a CUDA build on the GPU.
 #
-#   here:   MODELS=qwen2.5-coder-0.5b,qwen2.5-coder-1.5b,smollm2-135m bash scripts/device_costmodel.sh prepare
-#   there:  run(command="bash scripts/device_check.sh", carry=[".devcarry"], timeout_s=600)
+#   here:   MODELS=qwen2.5-coder-0.5b,qwen2.5-coder-1.5b,smollm2-135m bash scripts/device/device_costmodel.sh prepare
+#   there:  run(command="bash scripts/device/device_check.sh", carry=[".devcarry"], timeout_s=600)
 # Results land in $OUT: doctor-{cpu,gpu}.txt, targets-{cpu,gpu}.json, drafters-{cpu,gpu}.json, build logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +39,7 @@ build() {  # $1 = cpu | gpu
 kernels() {  # $1 = cpu | gpu: fidelity + pass times per mode and quantization, then drafter depths
   local th="$THREADS"; [ "$1" = gpu ] && th="${THREADS%%,*}"
   for what in targets drafters; do
-    PYTHONPATH="/tmp/llama-$1:/tmp/site:$ROOT/backend:$ROOT" python3 scripts/device_kernels.py "$what" \
+    PYTHONPATH="/tmp/llama-$1:/tmp/site:$ROOT/backend:$ROOT" python3 scripts/device/device_kernels.py "$what" \
       --device "$1" --threads "$th" --skeletons "$CARRY/skeletons" --out "$OUT/$what-$1.json"
   done
 }

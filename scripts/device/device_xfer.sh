@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Files larger than one device call carries (64 MiB with the work tree) reach the lent machine in parts.
 #
-#   here:  scripts/device_xfer.sh pack NAME FILE...   # .devxfer/NAME/part000.. (48 MiB each) + manifest
-#   there: scripts/device_xfer.sh recv NAME           # one call per part: run(command=..., carry=
+#   here:  scripts/device/device_xfer.sh pack NAME FILE...   # .devxfer/NAME/part000.. (48 MiB each) + manifest
+#   there: scripts/device/device_xfer.sh recv NAME           # one call per part: run(command=..., carry=
 #                                                     #   [".devxfer/NAME/partNNN"]) keeps it in /tmp/xfer;
 #                                                     #   one of the calls also carries .devxfer/NAME/manifest
-#   there: scripts/device_xfer.sh join NAME DIR       # the files again, in DIR, each sha256 checked
+#   there: scripts/device/device_xfer.sh join NAME DIR       # the files again, in DIR, each sha256 checked
 # .devxfer/ is kept out of git (.git/info/exclude).
 set -euo pipefail
 cd "$(dirname "$0")/.."
