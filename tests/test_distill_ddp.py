@@ -287,7 +287,7 @@ def test_device_pipeline_script_runs_end_to_end_on_cpu_ranks(tiny_llama, tmp_pat
     env = dict(os.environ, W=str(w), SITE=str(tmp_path / "site"), QWEN=str(tiny_llama), SMOL=str(tiny_llama),
                INIT=str(tiny_llama), DEV="cpu", NPROC="2", MICRO="256", TRAIN_MIN="0.2", SCALE_STEPS="2",
                CHOICE="first1", PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    script = str(ROOT / "scripts" / "distill_device.sh")
+    script = str(ROOT / "scripts" / "device" / "distill_device.sh")
     subprocess.run(["bash", script, "bg", "dry", "pipeline"], cwd=ROOT, env=env, check=True, timeout=30)
     res = subprocess.run(["bash", script, "wait", "dry", "240", "[pipeline] all done"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)

@@ -9,7 +9,7 @@
 #   there:  run(command="bash scripts/device/device_check.sh", carry=[".devcarry"], timeout_s=600)
 # Results land in $OUT: doctor-{cpu,gpu}.txt, targets-{cpu,gpu}.json, drafters-{cpu,gpu}.json, build logs.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 CARRY="$ROOT/.devcarry"
 OUT="${OUT:-/tmp/device-out}"

@@ -11,7 +11,7 @@
 # JSON, build and run logs land in $OUT (device-cpu.json / device-gpu.json); copy them to results/.
 # .devcarry/ is listed in .git/info/exclude and travels only through `carry` (about 9 MB).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 CARRY="$ROOT/.devcarry"
 MODE="${1:?usage: $0 prepare|cpu|gpu [threads]}"

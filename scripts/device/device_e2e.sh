@@ -41,7 +41,7 @@
 # GPU_N (4) and GPU_TOKENS (96) for the GPU runs, RESUME_N (4: resume's two disjoint rounds of the 8 snapshot
 # prompts), METHODS (target,hybrid: the default method since 2026-11-28; the first rounds ran target,omnidraft).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 VERSION=0.3.36
 CARRY="$ROOT/.deve2e"

@@ -10,7 +10,7 @@
 #   run(command="bash scripts/device/device_passes.sh run", carry=[".devcarry"])
 # The JSON and markdown land in $OUT; copy them to results/device/.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 CARRY="$ROOT/.devcarry"
 THREADS="${2:-4,8,16}"

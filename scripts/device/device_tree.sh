@@ -6,7 +6,7 @@
 #   scripts/device/device_tree.sh restore   track them again (run before any commit: a commit while light deletes them)
 #   scripts/device/device_tree.sh size      MiB a call would carry now, before its carried paths
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 EXCLUDE=$(git rev-parse --git-path info/exclude)
 bundled() { git ls-files 'models/*.gguf'; }
 

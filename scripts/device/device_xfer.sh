@@ -8,7 +8,7 @@
 #   there: scripts/device/device_xfer.sh join NAME DIR       # the files again, in DIR, each sha256 checked
 # .devxfer/ is kept out of git (.git/info/exclude).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PART=${PART:-48M}  # the 64 MiB a call counts disk blocks: 8.9 MiB of tree + 56 MiB did not fit
 STORE=/tmp/xfer
 

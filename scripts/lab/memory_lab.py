@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backend"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
 from omnidraft.apps.adapt import DEFAULT_TARGET, AdaptConfig, load_items, load_old, prompt_input  # noqa: E402
 from omnidraft.assets import models  # noqa: E402

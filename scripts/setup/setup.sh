@@ -2,7 +2,7 @@
 # Create or reuse the virtual environment and install everything omnidraft needs.
 # Idempotent: a stamp of the dependency files skips the work when nothing changed.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 VENV="${OMNIDRAFT_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 
