@@ -180,8 +180,9 @@ def problems() -> list[str]:
 
 
 def sbq4_variant() -> int | None:
-    """The small-batch kernel the installed build carries: 0 none, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI;
-    None for a build without the patch."""
+    """The small-batch kernel the installed build carries: 0 none, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI
+    (4 NEON dotprod, 5 NEON i8mm: sbq4.cpp's aarch64 variants, chosen at run time from the CPU's hwcaps,
+    which no ARM build carries yet); None for a build without the patch."""
     lib = _cpu_lib()
     fn = getattr(lib, "ggml_cpu_sbq4_variant", None) if lib is not None else None
     return int(fn()) if fn is not None else None

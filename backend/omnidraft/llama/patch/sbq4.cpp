@@ -1,4 +1,5 @@
-// sbq4: omnidraft's small-batch Q4_0 matrix product for ggml's CPU backend (x86, AVX2 and up).
+// sbq4: omnidraft's small-batch Q4_0 matrix product for ggml's CPU backend (x86 AVX2 and up; aarch64
+// NEON with dotprod or i8mm, chosen at run time, checked under qemu: setup builds it into x86 llama.cpp only).
 //
 // Why.  Speculative decoding verifies k drafted tokens in one target pass, and that only pays when
 // the pass costs about one decode.  ggml's repacked Q4_0 kernels are written for prompt batches:
@@ -13,14 +14,14 @@
 // construction, which is what lossless speculative decoding needs.  Decoding (n = 1) goes through
 // here too, for that reason.
 //
-// Layout.  Weights are ggml's block_q4_0x8 (repack.cpp, make_block_q4_0x8): the fp16 scales of 8
+// Layout (x86).  Weights are ggml's block_q4_0x8 (repack.cpp, make_block_q4_0x8): the fp16 scales of 8
 // rows, then their nibbles interleaved 8 bytes at a time and xor-ed with 0x88.  Bytes 0..63 hold
 // row r's quant bytes 0..7 at 8r (elements 0..7 in the low nibbles, 16..23 in the high ones),
 // bytes 64..127 its bytes 8..15 (elements 8..15 and 24..31).  We undo the xor to get unsigned
 // nibbles u = w + 8 and compute dot(w, a) = dot(u, a) - 8 * sum(a) with an unsigned-by-signed
 // byte dot product (vpdpbusd, or vpmaddubsw + vpmaddwd on plain AVX2).  Each weight row owns two
 // adjacent int32 lanes; the -8 * sum(a) term is split between them as -4 * sum(a) each, which is the
-// value the int32 accumulators start from.
+// value the int32 accumulators start from.  (aarch64 takes ggml's ARM layouts: see its section.)
 #include "sbq4.h"
 
 #include <stdlib.h>
@@ -28,6 +29,8 @@
 
 #include <algorithm>
 
+// SBQ4_VARIANT: the x86 variant, fixed at compile time (0 elsewhere).  aarch64 builds (SBQ4_AARCH64)
+// carry both of theirs and pick one at run time (sbq4_arm_variant).
 #if defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -39,11 +42,24 @@
 #endif
 #else
 #define SBQ4_VARIANT 0
+#if defined(__aarch64__) && defined(__linux__) && defined(__GNUC__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+#define SBQ4_AARCH64 1
+#endif
 #endif
 
 #define GROUP_BYTES_C 144  // sizeof(block_q4_0x8): 8 fp16 scales + 128 quant bytes
 
-extern "C" int ggml_cpu_sbq4_variant(void) { return SBQ4_VARIANT; }
+// Linux's hwcap bits (asm/hwcap.h), spelled out for libcs that lack the newer names.
+#define SBQ4_HWCAP_ASIMDDP (1ULL << 20)
+#define SBQ4_HWCAP2_I8MM (1ULL << 13)
+
+extern "C" int sbq4_arm_variant(uint64_t hwcap, uint64_t hwcap2) {
+    const bool dotprod = (hwcap & SBQ4_HWCAP_ASIMDDP) != 0, i8mm = (hwcap2 & SBQ4_HWCAP2_I8MM) != 0;
+    return dotprod && i8mm ? SBQ4_NEON_I8MM : dotprod ? SBQ4_NEON_DOTPROD : 0;
+}
+
 
 #if SBQ4_VARIANT > 0
 
@@ -221,21 +237,327 @@ extern "C" void sbq4_quantize(const float * x, sbq4_act * y, int64_t nblocks) {
     }
 }
 
-extern "C" void sbq4_gemm(int64_t nblocks, const void * w, int64_t nrows, const sbq4_act * act, int n,
-                          float * dst, size_t dst_stride) {
+extern "C" int sbq4_gemm_as(int variant, int layout, int64_t nblocks, const void * w, int64_t nrows,
+                            const sbq4_act * act, int n, float * dst, size_t dst_stride) {
+    if (variant != SBQ4_VARIANT || layout != SBQ4_8X8 || n < 1 || n > SBQ4_MAX_ROWS || nrows % 8 != 0) {
+        return 0;
+    }
     const group_fn fn = GROUP_FOR_N[n];
     const uint8_t * wg = (const uint8_t *) w;
     for (int64_t r = 0; r < nrows; r += 8, wg += nblocks * GROUP_BYTES) {
         fn(wg, act, nblocks, dst + r, dst_stride);
     }
+    return 1;
 }
 
-#else  // SBQ4_VARIANT == 0: nothing to offer; ggml's own kernels run
+#elif defined(SBQ4_AARCH64)
+// ================================================================ aarch64: NEON with dotprod or i8mm
+// Layouts.  ggml's ARM builds repack Q4_0 for 4 rows, not 8 (repack.cpp, make_block_q4_0x4): block_q4_0x4
+// holds the fp16 scales of 4 rows, then their 16 quant bytes each interleaved 4 bytes at a time (SBQ4_4X4,
+// what builds with dotprod make) or 8 at a time (SBQ4_4X8, builds with i8mm), xor-ed with 0x88.  The
+// caller names the layout.  The xor makes each nibble the weight itself as a signed 4-bit number, so
+// (b << 4) and (b & 0xF0) are 16 * w of the low and high nibbles as signed bytes, as ggml's ARM kernels
+// use them: signed-by-signed byte dot products (no -8 offset to fold), the 16 taken out exactly when the
+// int32 sum is converted (vcvtq_n_f32_s32(s, 4)).
+//
+// Variants, chosen once per process from Linux's hwcaps (sbq4_arm_variant): SBQ4_NEON_I8MM where the CPU
+// has dotprod and i8mm (HWCAP_ASIMDDP, HWCAP2_I8MM: Cortex-A510/A710/X2 and later), SBQ4_NEON_DOTPROD
+// where it has dotprod alone (Cortex-A55/A76/A78/X1), none below (ARMv8.0: ggml's kernels run), and never
+// one the build lacks (below: GCC builds carry both, even at -march=armv8-a, through function target
+// attributes; clang builds what its flags enable).  A CPU is never handed an instruction it lacks.
+// - dotprod: vdotq_s32 sums 4 byte products per int32 lane.  4X4: lane r of a weight vector is row r's
+//   4 quants, multiplied by the activation's matching 4 (vdotq_laneq_s32).  4X8: rows own two adjacent
+//   lanes (8 quants), multiplied by the activation's 8 duplicated; vpaddq_s32 adds each row's two lanes.
+// - i8mm: vmmlaq_s32 multiplies a 2x8 matrix of bytes by another's transpose: 2 weight rows x 8 quants
+//   (4X8 as stored; 4X4 after vzip1q/vzip2q_s32 of two vectors, once per block for all rows) by 8 quants
+//   of 2 activation rows, 32 products per instruction against dotprod's 16.  Activation rows go in
+//   pairs (j, j+1); an odd last row is paired with itself.
+// Either way each activation row gets, per block, one int32 per weight row (exact: at most
+// 32 * 128 * 127 in magnitude) and then the same float operations in the same order, one float
+// multiply-add per block into that row's own accumulator.  The pairing changes no integer, so rows are
+// bit-identical to one-row decoding by construction, and the two variants and the two layouts give the
+// same bits (the qemu test checks all three).  Not tuned on any ARM core: the prefetch distance is x86's.
+namespace {
+
+constexpr int QK = 32;
+constexpr int GROUP4_BYTES = 72;  // sizeof(block_q4_0x4): 4 fp16 scales + 64 quant bytes
+
+// Which variants a build carries.  dotprod needs ARMv8.2's dot product, i8mm the int8 matrix multiply.  A
+// file compiled with a feature on (-march=armv8.2-a+dotprod+i8mm, -mcpu=native on a phone) needs nothing
+// more.  GCC also builds the others, each function with its own target attribute.  clang builds only what
+// the compile flags enable: clang 14's arm_neon.h declares vdotq/vmmlaq only then (clang 14 is what this
+// was checked with; newer clang may allow attributes, untried).
+#if defined(__ARM_FEATURE_DOTPROD)
+#define SBQ4_DOTPROD_FN
+#elif !defined(__clang__)
+#define SBQ4_DOTPROD_FN __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+#define SBQ4_I8MM_FN
+#elif !defined(__clang__) && defined(__ARM_FEATURE_DOTPROD)
+#define SBQ4_I8MM_FN __attribute__((target("+i8mm")))
+#elif !defined(__clang__)
+#define SBQ4_I8MM_FN __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#endif
+
+#define SBQ4_UNROLL _Pragma("GCC unroll 8")
+
+// ---------------------------------------------------------------- activations
+// ggml's quantize_row_q8_0 on NEON: d = amax / 127 kept as fp16, values rounded to nearest-even (the same
+// bytes as the x86 code above); bias is x86's and stays 0 here.
+void quantize_block(const float * x, sbq4_act * y) {
+    float32x4_t v[8];
+    float32x4_t amax = vdupq_n_f32(0.0f);
+    for (int i = 0; i < 8; i++) {
+        v[i] = vld1q_f32(x + 4 * i);
+        amax = vmaxq_f32(amax, vabsq_f32(v[i]));
+    }
+    const float d = vmaxvq_f32(amax) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y->d = (float) (__fp16) d;
+    int16x8_t h[4];
+    for (int i = 0; i < 4; i++) {
+        h[i] = vcombine_s16(vmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(v[2 * i], id))),
+                            vmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(v[2 * i + 1], id))));
+    }
+    vst1q_s8(y->qs, vcombine_s8(vmovn_s16(h[0]), vmovn_s16(h[1])));
+    vst1q_s8(y->qs + 16, vcombine_s8(vmovn_s16(h[2]), vmovn_s16(h[3])));
+    y->bias = 0;
+}
+
+#if defined(SBQ4_DOTPROD_FN) || defined(SBQ4_I8MM_FN)
+// ---------------------------------------------------------------- one block of 4 weight rows
+constexpr int PREFETCH_BYTES = 64 * GROUP4_BYTES;  // 64 blocks ahead, as on x86
+
+// The 4 rows' scales as floats.
+inline float32x4_t row_scales(const uint8_t * w) {
+    uint16x4_t h;
+    memcpy(&h, w, sizeof(h));
+    return vcvt_f32_f16(vreinterpret_f16_u16(h));
+}
+
+// 16 * the low and high nibbles of 16 stored bytes, as signed bytes.
+inline int8x16_t low16(int8x16_t b) { return vshlq_n_s8(b, 4); }
+inline int8x16_t high16(int8x16_t b) { return vandq_s8(b, vdupq_n_s8((int8_t) 0xF0)); }
+
+inline int8x16_t load_s8(const uint8_t * p) { return vld1q_s8((const int8_t *) p); }
+
+// 8 activation bytes in both halves of a vector.
+inline int8x16_t dup8(const int8_t * p) {
+    int64_t v;
+    memcpy(&v, p, sizeof(v));
+    return vreinterpretq_s8_s64(vdupq_n_s64(v));
+}
+
+// Row j's accumulator += (its 4 int32 sums / 16) * (weight scales * activation scale).
+inline float32x4_t accumulate(float32x4_t acc, int32x4_t s, float32x4_t dw, float da) {
+    return vfmaq_f32(acc, vcvtq_n_f32_s32(s, 4), vmulq_n_f32(dw, da));
+}
+
+// ---------------------------------------------------------------- dotprod
+#ifdef SBQ4_DOTPROD_FN
+template <int LAYOUT, int N>
+SBQ4_DOTPROD_FN void group_dot(const uint8_t * w, const sbq4_act * act, int64_t nb, float * dst, size_t stride) {
+    const int32x4_t zero = vdupq_n_s32(0);
+    float32x4_t acc[N];
+    SBQ4_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = vdupq_n_f32(0.0f);
+    }
+    for (int64_t b = 0; b < nb; b++, w += GROUP4_BYTES) {
+        __builtin_prefetch(w + PREFETCH_BYTES);
+        __builtin_prefetch(w + PREFETCH_BYTES + 64);
+        const float32x4_t dw = row_scales(w);
+        int8x16_t lo[4], hi[4];
+        SBQ4_UNROLL
+        for (int k = 0; k < 4; k++) {
+            const int8x16_t q = load_s8(w + 8 + 16 * k);
+            lo[k] = low16(q);
+            hi[k] = high16(q);
+        }
+        SBQ4_UNROLL
+        for (int j = 0; j < N; j++) {
+            const sbq4_act * a = act + j * nb + b;
+            int32x4_t s;
+            if (LAYOUT == SBQ4_4X4) {
+                // vector k: the 4 rows' quant bytes 4k..4k+3 (elements 4k.. low, 16+4k.. high)
+                const int8x16_t a0 = vld1q_s8(a->qs), a1 = vld1q_s8(a->qs + 16);
+                s = vdotq_laneq_s32(zero, lo[0], a0, 0);
+                s = vdotq_laneq_s32(s, lo[1], a0, 1);
+                s = vdotq_laneq_s32(s, lo[2], a0, 2);
+                s = vdotq_laneq_s32(s, lo[3], a0, 3);
+                s = vdotq_laneq_s32(s, hi[0], a1, 0);
+                s = vdotq_laneq_s32(s, hi[1], a1, 1);
+                s = vdotq_laneq_s32(s, hi[2], a1, 2);
+                s = vdotq_laneq_s32(s, hi[3], a1, 3);
+            } else {
+                // vector 0: rows 0, 1 bytes 0..7; 1: rows 2, 3 bytes 0..7; 2 and 3: the same for bytes 8..15
+                const int8x16_t e0 = dup8(a->qs), e1 = dup8(a->qs + 8), e2 = dup8(a->qs + 16), e3 = dup8(a->qs + 24);
+                int32x4_t s01 = vdotq_s32(zero, lo[0], e0), s23 = vdotq_s32(zero, lo[1], e0);
+                s01 = vdotq_s32(s01, lo[2], e1);
+                s23 = vdotq_s32(s23, lo[3], e1);
+                s01 = vdotq_s32(s01, hi[0], e2);
+                s23 = vdotq_s32(s23, hi[1], e2);
+                s01 = vdotq_s32(s01, hi[2], e3);
+                s23 = vdotq_s32(s23, hi[3], e3);
+                s = vpaddq_s32(s01, s23);
+            }
+            acc[j] = accumulate(acc[j], s, dw, a->d);
+        }
+    }
+    SBQ4_UNROLL
+    for (int j = 0; j < N; j++) {
+        vst1q_f32(dst + j * stride, acc[j]);
+    }
+}
+
+#endif  // SBQ4_DOTPROD_FN
+
+// ---------------------------------------------------------------- i8mm
+#ifdef SBQ4_I8MM_FN
+template <int LAYOUT, int N>
+SBQ4_I8MM_FN void group_mmla(const uint8_t * w, const sbq4_act * act, int64_t nb, float * dst, size_t stride) {
+    const int32x4_t zero = vdupq_n_s32(0);
+    float32x4_t acc[N];
+    SBQ4_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = vdupq_n_f32(0.0f);
+    }
+    for (int64_t b = 0; b < nb; b++, w += GROUP4_BYTES) {
+        __builtin_prefetch(w + PREFETCH_BYTES);
+        __builtin_prefetch(w + PREFETCH_BYTES + 64);
+        const float32x4_t dw = row_scales(w);
+        // m[0]: rows 0, 1 quant bytes 0..7; m[1]: rows 2, 3 bytes 0..7; m[2], m[3]: the same for bytes 8..15
+        int8x16_t m[4];
+        if (LAYOUT == SBQ4_4X8) {
+            SBQ4_UNROLL
+            for (int k = 0; k < 4; k++) {
+                m[k] = load_s8(w + 8 + 16 * k);
+            }
+        } else {  // 4X4: vector k holds the 4 rows' bytes 4k..4k+3; pair up bytes 0..3 with 4..7, 8..11 with 12..15
+            const int32x4_t v0 = vreinterpretq_s32_s8(load_s8(w + 8)), v1 = vreinterpretq_s32_s8(load_s8(w + 24));
+            const int32x4_t v2 = vreinterpretq_s32_s8(load_s8(w + 40)), v3 = vreinterpretq_s32_s8(load_s8(w + 56));
+            m[0] = vreinterpretq_s8_s32(vzip1q_s32(v0, v1));
+            m[1] = vreinterpretq_s8_s32(vzip2q_s32(v0, v1));
+            m[2] = vreinterpretq_s8_s32(vzip1q_s32(v2, v3));
+            m[3] = vreinterpretq_s8_s32(vzip2q_s32(v2, v3));
+        }
+        int8x16_t lo[4], hi[4];
+        SBQ4_UNROLL
+        for (int k = 0; k < 4; k++) {
+            lo[k] = low16(m[k]);
+            hi[k] = high16(m[k]);
+        }
+        SBQ4_UNROLL
+        for (int j = 0; j < N; j += 2) {
+            const sbq4_act * a = act + j * nb + b;
+            const sbq4_act * a2 = j + 1 < N ? a + nb : a;  // an odd last row pairs with itself
+            // e[c]: elements 8c..8c+7 of activation rows j and j+1
+            int8x16_t e[4];
+            SBQ4_UNROLL
+            for (int c = 0; c < 4; c++) {
+                e[c] = vcombine_s8(vld1_s8(a->qs + 8 * c), vld1_s8(a2->qs + 8 * c));
+            }
+            // lanes: row 0 (2) x act j, row 0 (2) x act j+1, row 1 (3) x act j, row 1 (3) x act j+1
+            int32x4_t c01 = vmmlaq_s32(zero, lo[0], e[0]), c23 = vmmlaq_s32(zero, lo[1], e[0]);
+            c01 = vmmlaq_s32(c01, lo[2], e[1]);
+            c23 = vmmlaq_s32(c23, lo[3], e[1]);
+            c01 = vmmlaq_s32(c01, hi[0], e[2]);
+            c23 = vmmlaq_s32(c23, hi[1], e[2]);
+            c01 = vmmlaq_s32(c01, hi[2], e[3]);
+            c23 = vmmlaq_s32(c23, hi[3], e[3]);
+            acc[j] = accumulate(acc[j], vuzp1q_s32(c01, c23), dw, a->d);
+            if (j + 1 < N) {
+                acc[j + 1] = accumulate(acc[j + 1], vuzp2q_s32(c01, c23), dw, a2->d);
+            }
+        }
+    }
+    SBQ4_UNROLL
+    for (int j = 0; j < N; j++) {
+        vst1q_f32(dst + j * stride, acc[j]);
+    }
+}
+
+#endif  // SBQ4_I8MM_FN
+#endif  // any variant
+
+using group_fn = void (*)(const uint8_t *, const sbq4_act *, int64_t, float *, size_t);
+#define SBQ4_FOR_N(fn, layout) \
+    {nullptr, fn<layout, 1>, fn<layout, 2>, fn<layout, 3>, fn<layout, 4>, \
+     fn<layout, 5>, fn<layout, 6>, fn<layout, 7>, fn<layout, 8>}
+
+// The routines for a variant and layout: nullptr where this build lacks the variant.
+const group_fn * table_for(int variant, int layout) {
+#ifdef SBQ4_I8MM_FN
+    static constexpr group_fn MMLA_4X4[SBQ4_MAX_ROWS + 1] = SBQ4_FOR_N(group_mmla, SBQ4_4X4);
+    static constexpr group_fn MMLA_4X8[SBQ4_MAX_ROWS + 1] = SBQ4_FOR_N(group_mmla, SBQ4_4X8);
+    if (variant == SBQ4_NEON_I8MM) {
+        return layout == SBQ4_4X4 ? MMLA_4X4 : MMLA_4X8;
+    }
+#endif
+#ifdef SBQ4_DOTPROD_FN
+    static constexpr group_fn DOT_4X4[SBQ4_MAX_ROWS + 1] = SBQ4_FOR_N(group_dot, SBQ4_4X4);
+    static constexpr group_fn DOT_4X8[SBQ4_MAX_ROWS + 1] = SBQ4_FOR_N(group_dot, SBQ4_4X8);
+    if (variant == SBQ4_NEON_DOTPROD) {
+        return layout == SBQ4_4X4 ? DOT_4X4 : DOT_4X8;
+    }
+#endif
+    (void) variant, (void) layout;
+    return nullptr;
+}
+
+}  // namespace
+
+extern "C" void sbq4_quantize(const float * x, sbq4_act * y, int64_t nblocks) {
+    for (int64_t i = 0; i < nblocks; i++) {
+        quantize_block(x + i * QK, y + i);
+    }
+}
+
+extern "C" int sbq4_gemm_as(int variant, int layout, int64_t nblocks, const void * w, int64_t nrows,
+                            const sbq4_act * act, int n, float * dst, size_t dst_stride) {
+    if ((layout != SBQ4_4X4 && layout != SBQ4_4X8) || n < 1 || n > SBQ4_MAX_ROWS || nrows % 4 != 0) {
+        return 0;
+    }
+    const group_fn * table = table_for(variant, layout);
+    if (table == nullptr) {
+        return 0;
+    }
+    const uint8_t * wg = (const uint8_t *) w;
+    for (int64_t r = 0; r < nrows; r += 4, wg += nblocks * GROUP4_BYTES) {
+        table[n](wg, act, nblocks, dst + r, dst_stride);
+    }
+    return 1;
+}
+#else  // no variant for this target: nothing to offer; ggml's own kernels run
 
 extern "C" void sbq4_quantize(const float *, sbq4_act *, int64_t) {}
-extern "C" void sbq4_gemm(int64_t, const void *, int64_t, const sbq4_act *, int, float *, size_t) {}
+extern "C" int sbq4_gemm_as(int, int, int64_t, const void *, int64_t, const sbq4_act *, int, float *, size_t) {
+    return 0;
+}
 
 #endif
+
+extern "C" int ggml_cpu_sbq4_variant(void) {
+#ifdef SBQ4_AARCH64
+    // the best variant both the CPU (its hwcaps) and this build have
+    static const int variant = [] {
+        const int cpu = sbq4_arm_variant(getauxval(AT_HWCAP), getauxval(AT_HWCAP2));
+        if (cpu == SBQ4_NEON_I8MM && table_for(SBQ4_NEON_I8MM, SBQ4_4X4) != nullptr) {
+            return SBQ4_NEON_I8MM;
+        }
+        return cpu != 0 && table_for(SBQ4_NEON_DOTPROD, SBQ4_4X4) != nullptr ? SBQ4_NEON_DOTPROD : 0;
+    }();
+    return variant;
+#else
+    return SBQ4_VARIANT;
+#endif
+}
+
+extern "C" int sbq4_gemm(int layout, int64_t nblocks, const void * w, int64_t nrows, const sbq4_act * act, int n,
+                         float * dst, size_t dst_stride) {
+    return sbq4_gemm_as(ggml_cpu_sbq4_variant(), layout, nblocks, w, nrows, act, n, dst, dst_stride);
+}
 
 #ifndef SBQ4_STANDALONE
 // ---------------------------------------------------------------- the ggml side
@@ -288,7 +610,7 @@ extern "C" int ggml_sbq4_mul_mat(const ggml_compute_params * params, ggml_tensor
     const int64_t nchunks = std::min<int64_t>(ngroups, 4 * nth);
     for (int64_t c = ith; c < nchunks; c = ggml_threadpool_chunk_add(params->threadpool, 1)) {
         const int64_t g0 = ngroups * c / nchunks, g1 = ngroups * (c + 1) / nchunks;
-        sbq4_gemm(nb, (const char *) w->data + g0 * nb * GROUP_BYTES_C, (g1 - g0) * 8, act, n,
+        sbq4_gemm(SBQ4_8X8, nb, (const char *) w->data + g0 * nb * GROUP_BYTES_C, (g1 - g0) * 8, act, n,
                   (float *) op->data + g0 * 8, op->nb[1] / sizeof(float));
     }
     return 1;

@@ -1,9 +1,10 @@
-// sbq4: omnidraft's small-batch Q4_0 matrix product for ggml's CPU backend (x86, AVX2 and up).
+// sbq4: omnidraft's small-batch Q4_0 matrix product for ggml's CPU backend (x86 AVX2 and up; aarch64
+// NEON dotprod / i8mm, chosen at run time from the CPU's hwcaps).
 //
-// One routine multiplies ggml's repacked Q4_0 weights (block_q4_0x8) by 1..8 activation rows,
-// unpacking each weight block once and feeding every row from registers.  Decoding (1 row) and
-// verifying drafts (2..8 rows) run the same instructions per output, so batched rows are
-// bit-identical to one-row decoding.  See sbq4.cpp for the why and the layout.
+// One routine multiplies ggml's repacked Q4_0 weights (block_q4_0x8 on x86, block_q4_0x4 on aarch64) by
+// 1..8 activation rows, unpacking each weight block once and feeding every row from registers.  Decoding
+// (1 row) and verifying drafts (2..8 rows) run the same instructions per output, so batched rows are
+// bit-identical to one-row decoding.  See sbq4.cpp for the why and the layouts.
 #pragma once
 
 #include <stddef.h>
@@ -15,27 +16,53 @@ extern "C" {
 
 #define SBQ4_MAX_ROWS 8
 
-// One quantized activation block: 32 int8 values, the Q4_0 weights' -8 offset folded in as
-// bias = -4 * sum(qs) (added to two int32 lanes per weight row), and the fp16-rounded scale.
+// The variants: 1 AVX2, 2 AVX-VNNI (256-bit), 3 AVX-512 VNNI (x86, fixed at compile time); 4 NEON
+// dotprod, 5 NEON dotprod + i8mm (aarch64, chosen at run time).
+#define SBQ4_NEON_DOTPROD 4
+#define SBQ4_NEON_I8MM 5
+
+// The weight layouts, named as ggml's repack names them (rows interleaved x bytes per interleave):
+// block_q4_0x8 with 8-byte interleave (what ggml repacks to on x86 with AVX2; the x86 variants' layout),
+// block_q4_0x4 with 4-byte interleave (ggml's ARM builds with dotprod) and with 8-byte interleave (ARM
+// builds with i8mm).  The aarch64 variants take both block_q4_0x4 layouts.
+#define SBQ4_8X8 1
+#define SBQ4_4X4 2
+#define SBQ4_4X8 3
+
+// One quantized activation block: 32 int8 values, the fp16-rounded scale, and (x86) the Q4_0 weights'
+// -8 offset folded in as bias = -4 * sum(qs), added to two int32 lanes per weight row (0 on aarch64,
+// whose kernels read the nibbles as signed values).
 typedef struct {
     int8_t  qs[32];
     int32_t bias;
     float   d;
 } sbq4_act;
 
-// Which variant was compiled in: 0 none (not x86 or no AVX2), 1 AVX2, 2 AVX-VNNI (256-bit),
-// 3 AVX-512 VNNI.  Exported so that tools can tell a patched build from an upstream one.
+// The variant products run through: on x86 the one compiled in (0 none: not x86 or no AVX2); on aarch64
+// Linux/Android the one this CPU's hwcaps allow (sbq4_arm_variant, read once), 0 on a CPU without dotprod.
+// Exported so that tools can tell a patched build from an upstream one.
 int ggml_cpu_sbq4_variant(void);
+
+// The aarch64 variant for a CPU with these Linux hwcaps (getauxval(AT_HWCAP), getauxval(AT_HWCAP2)):
+// SBQ4_NEON_I8MM with HWCAP_ASIMDDP and HWCAP2_I8MM, SBQ4_NEON_DOTPROD with HWCAP_ASIMDDP alone, else 0.
+int sbq4_arm_variant(uint64_t hwcap, uint64_t hwcap2);
 
 // Quantize nblocks blocks of 32 floats (the same rounding as ggml's quantize_row_q8_0).
 void sbq4_quantize(const float * x, sbq4_act * y, int64_t nblocks);
 
 // dst[j*dst_stride + r] = dot(weight row r, activation row j) for r in [0, nrows), j in [0, n):
-// w holds nrows/8 groups of nblocks block_q4_0x8 each, act holds n rows of nblocks blocks.
-void sbq4_gemm(int64_t nblocks, const void * w, int64_t nrows, const sbq4_act * act, int n,
-               float * dst, size_t dst_stride);
+// w holds nrows/8 (SBQ4_8X8) or nrows/4 groups of nblocks repacked blocks each, in the given layout;
+// act holds n rows of nblocks blocks.  Runs ggml_cpu_sbq4_variant(); returns 0 (dst untouched) where
+// that variant does not take the layout, n or nrows.
+int sbq4_gemm(int layout, int64_t nblocks, const void * w, int64_t nrows, const sbq4_act * act, int n,
+              float * dst, size_t dst_stride);
 
-// ---- the hook in repack.cpp (ggml builds only)
+// The same through a given variant (tests: to compare the variants on a CPU that has both, or to show
+// that one really needs its feature).  0 for a variant this build does not carry.
+int sbq4_gemm_as(int variant, int layout, int64_t nblocks, const void * w, int64_t nrows,
+                 const sbq4_act * act, int n, float * dst, size_t dst_stride);
+
+// ---- the hook in repack.cpp (x86 ggml builds: block_q4_0x8 weights; no ARM hook is written yet)
 struct ggml_tensor;
 struct ggml_compute_params;
 
