@@ -85,7 +85,7 @@ def _require_kernel() -> None:
     if llama_build.sbk_variant():
         return
     if CI and llama_build.is_x86():
-        pytest.fail("CI on x86 must run the patched build (scripts/setup.sh builds it)")
+        pytest.fail("CI on x86 must run the patched build (scripts/setup/setup.sh builds it)")
     pytest.skip("this llama.cpp build has no small-batch K-quant kernel")
 
 

@@ -21,7 +21,7 @@ the patched sources; setup builds them first and, if the build probe fails, buil
 instead.  ``OMNIDRAFT_SBQ4=0`` turns both off: at setup it builds the upstream sources, at run time it
 sends products back to ggml's own kernels.
 
-Run as a plain script by scripts/setup.sh and android_demo/termux/setup.sh, before omnidraft itself is
+Run as a plain script by scripts/setup/setup.sh and android_demo/termux/setup.sh, before omnidraft itself is
 installed, so: standard library (plus llama_cpp for ``check``) only.
 
     python llama_build.py check            exit 0 if the installed build is right, 1 if not

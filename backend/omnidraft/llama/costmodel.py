@@ -82,7 +82,7 @@ def sample_passes(engine: Engine, sizes: range, rounds: int = 5, prefix_len: int
     On a GPU each timed pass follows an untimed one of the same size: on an H100 start-up timed the 1.5B's
     one-token pass, between batched ones, at 4.85 ms, while the target alone ran at 2.15 ms a pass (issue
     28), which made the target alone look slow; a change of batch size likely costs llama.cpp's CUDA
-    backend a rebuild of its graph (scripts/gpu_divergence.py measures both orders).
+    backend a rebuild of its graph (scripts/lab/gpu_divergence.py measures both orders).
 
     ``after``: each timed pass follows a one-token pass of this engine, as a drafter's passes follow the
     target's in the loop.  Back to back, the drafter ran 1.0 ms a pass on the 2-core EPYC and 1.1 ms at 8
