@@ -39,16 +39,21 @@ DOTPROD_CPUS = ("max", "cortex-a76")
 NO_DOTPROD_CPU = "cortex-a72"
 
 
+def require_tools(*tools: str) -> None:
+    """Skip where the cross toolchain or qemu is missing; fail in CI, which must run the emulated kernels."""
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        why = (f"{' and '.join(missing)} not on PATH: `bash android_demo/ci_setup.sh` installs them "
+               "(Debian's g++-aarch64-linux-gnu, clang and qemu-user)")
+        if CI:
+            pytest.fail(f"CI runs the aarch64 kernels under qemu: {why}")
+        pytest.skip(why)
+
+
 @pytest.fixture(scope="module")
 def drivers(tmp_path_factory) -> dict[str, Path]:
     """The driver built with sbk.cpp for each entry of BUILDS, static (qemu needs no aarch64 sysroot)."""
-    missing = [tool for tool in (CXX, QEMU) if shutil.which(tool) is None]
-    if missing:
-        why = (f"{' and '.join(missing)} not on PATH: `bash android_demo/ci_setup.sh` installs them "
-               "(Debian's g++-aarch64-linux-gnu and qemu-user)")
-        if CI:
-            pytest.fail(f"CI runs the aarch64 kernel under qemu: {why}")
-        pytest.skip(why)
+    require_tools(CXX, QEMU)
     out = tmp_path_factory.mktemp("sbk_arm")
     built = {}
     for name, (march, _) in BUILDS.items():

@@ -17,7 +17,6 @@ skips without them, fails under CI.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import struct
@@ -29,9 +28,8 @@ import numpy as np
 import pytest
 
 from tests import sbk_harness
-from tests.test_sbk_arm import assert_rows_identical
+from tests.test_sbk_arm import assert_rows_identical, require_tools
 
-CI = bool(os.environ.get("CI"))
 MAX_ROWS = 8
 CXX, CLANG, QEMU = "aarch64-linux-gnu-g++", "clang++", "qemu-aarch64"
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,13 +56,7 @@ ACT = np.dtype([("qs", "i1", 32), ("bias", "<i4"), ("d", "<f4")])
 @pytest.fixture(scope="module")
 def drivers(tmp_path_factory) -> dict[str, Path]:
     """The driver built with sbq4.cpp for each entry of BUILDS, static (qemu needs no aarch64 sysroot)."""
-    missing = [tool for tool in (CXX, CLANG, QEMU) if shutil.which(tool) is None]
-    if missing:
-        why = (f"{' and '.join(missing)} not on PATH: `bash android_demo/ci_setup.sh` installs them "
-               "(Debian's g++-aarch64-linux-gnu, clang and qemu-user)")
-        if CI:
-            pytest.fail(f"CI runs the aarch64 kernels under qemu: {why}")
-        pytest.skip(why)
+    require_tools(CXX, CLANG, QEMU)
     out = tmp_path_factory.mktemp("sbq4_arm")
     built = {}
     for name, (cxx, march, _) in BUILDS.items():
