@@ -28,7 +28,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if args.action == "list":
         for s in models.REGISTRY.values():
             state = "verified" if models.is_verified(s) else "not downloaded"
-            default = " (default drafter)" if s.name == models.DEFAULT_DRAFT else \
+            default = f" (default drafter, served as {models.SERVED_DRAFT})" if s.name == models.DEFAULT_DRAFT else \
                 " (default target)" if s.name == models.DEFAULT_TARGET else ""
             print(f"{s.name:22s} {s.role:8s} {s.size / 1e6:8.1f} MB  {state:15s} {s.description}{default}")
         print(f"cache: {models.cache_dir()}  (set ${models.CACHE_ENV} to move it)")
