@@ -3,8 +3,9 @@
 Each folder of ``backend/omnidraft`` is one package of one layer (docs/ARCHITECTURE.md draws the same words),
 listed bottom-up; the package's own top-level modules (errors, seq, cliutil, httpguard) are the base.  A module
 imports its own folder and the folders of lower layers, nothing else: packages of one layer are peers that never
-import each other (serving and training meet only through ``online``).  Every import, at module level or inside
-a function, counts.
+import each other (serving and training meet only through ``online``; bench and distill both read the prompt sets
+in ``assets``, and ``PEER_EDGES`` names the one crossing left).  Every import, at module level or inside a
+function, counts.
 """
 
 from __future__ import annotations
@@ -18,15 +19,19 @@ GGUF_TOOLS = Path(__file__).resolve().parents[1] / "gguf_tools"
 LAYERS: list[tuple[str, ...]] = [
     ("",),                          # base: the package's own modules
     ("llama", "vocab"),             # core: llama.cpp, vocabularies
-    ("spec", "assets"),             # core: the speculative loop | pinned downloads (requantized by llama.cpp)
+    ("spec", "assets"),             # core: the speculative loop | pinned downloads, corpora and the prompt sets
     ("online",),                    # contract: records, outbox, registry, rates
     ("runtime",),                   # the generator factory (session)
     ("server", "trainer"),          # serving | training
-    ("bench",),
-    ("distill",),                   # reads the benchmarks' prompt sets, reuses the trainer's loss and export
+    ("bench", "distill"),           # peers, never importing each other: both read the prompt sets in assets
     ("apps",),                      # the commands: cli, adapt, doctor
 ]
 RANK = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
+
+# The one edge between peers, named: measuring a distilled drafter (``python -m omnidraft.distill.evaluate``)
+# is a run of the benchmark runner's configurations.  Nothing else of distill imports bench, and bench never
+# imports distill.
+PEER_EDGES = {("distill.evaluate", "bench.runner")}
 
 
 def _module_name(path: Path) -> str:
@@ -73,7 +78,7 @@ def _violations(g, sources, forbidden) -> list[str]:
 
 def _allowed(src: str, dst: str) -> bool:
     a, b = _folder(src), _folder(dst)
-    return a == b or RANK[b] < RANK[a]
+    return a == b or RANK[b] < RANK[a] or (src, dst) in PEER_EDGES
 
 
 def test_every_folder_has_a_layer():
@@ -85,6 +90,48 @@ def test_each_module_imports_only_its_folder_and_lower_layers():
     g = graph()
     bad = _violations(g, g, lambda s, d: not _allowed(s, d))
     assert not bad, bad
+
+
+def test_distill_and_bench_are_peers_that_never_import_each_other():
+    """Both read the prompt sets from ``assets``; the only crossing is the named ``PEER_EDGES`` one."""
+    assert RANK["bench"] == RANK["distill"]
+    g = graph()
+    crossing = lambda s, d: {_folder(s), _folder(d)} == {"bench", "distill"} and (s, d) not in PEER_EDGES
+    bad = _violations(g, g, crossing)
+    assert not bad, bad
+    assert all(d in g[s] for s, d in PEER_EDGES), "a named peer edge is gone: drop it from PEER_EDGES"
+
+
+def test_the_prompt_sets_are_assets():
+    """The prompt sets (and their snapshots) live in ``assets``, so bench, distill and adapt read them there."""
+    g = graph()
+    for m in ("prompts", "lang_sets", "repo_sets", "chat_fresh", "stubs", "snapshot"):
+        assert f"assets.{m}" in g and f"bench.{m}" not in g, m
+    assert "assets.snapshot" in g["apps.adapt"] and "assets.prompts" in g["distill.sources"]
+    assert "assets.prompts" in g["bench.runner"]
+
+
+def test_prompt_set_imports_are_at_module_level():
+    """Who reads a prompt set says so at the top of the module, not inside a function (issue 44)."""
+    def inner(path):
+        tree = ast.parse(path.read_text())
+        funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for f in funcs:
+            for node in ast.walk(f):
+                if isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                    if any(n.startswith(f"omnidraft.assets.{m}") for n in names for m in _PROMPT_SETS) or \
+                            (node.module == "omnidraft.assets" and {a.name for a in node.names} & set(_PROMPT_SETS)):
+                        yield f"{path.relative_to(ROOT)}:{node.lineno}"
+                elif isinstance(node, ast.Import):
+                    if any(a.name.startswith(f"omnidraft.assets.{m}") for a in node.names for m in _PROMPT_SETS):
+                        yield f"{path.relative_to(ROOT)}:{node.lineno}"
+    readers = [p for p in ROOT.rglob("*.py") if p.parent.name in ("bench", "distill", "apps")]
+    bad = [hit for p in readers for hit in inner(p)]
+    assert not bad, bad
+
+
+_PROMPT_SETS = ("prompts", "lang_sets", "repo_sets", "chat_fresh", "stubs", "snapshot")
 
 
 def test_the_trainer_never_imports_serving_code():

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from omnidraft.bench import prompts
+from omnidraft.assets import prompts
 
 
 def test_prompt_sets_are_deterministic_and_split_by_module():

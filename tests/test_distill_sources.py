@@ -27,8 +27,8 @@ def test_training_files_leave_out_every_heldout_file_and_family():
 
 def test_javascript_enters_only_when_asked_and_never_a_repository_sets_file():
     """``PrepConfig.javascript``: JavaScript's training files, without the held-out family, the seeded split or
-    any file of the repositories ``bench.repo_sets`` draws from (npm-cli, undici), streamed halves included."""
-    from omnidraft.bench import repo_sets
+    any file of the repositories ``assets.repo_sets`` draws from (npm-cli, undici), streamed halves included."""
+    from omnidraft.assets import repo_sets
 
     held = ds.repo_set_files()
     if not held:
@@ -49,7 +49,7 @@ def test_man_pages_train_only_on_pages_no_benchmark_holds_out():
     ``nl`` or ``nl-de``/``nl-fr``/``nl-nl`` is read, in any language; and it yields text in several languages."""
     from itertools import islice
 
-    from omnidraft.bench import lang_sets, prompts
+    from omnidraft.assets import lang_sets, prompts
 
     pages = ds.man_training_pages()
     if len(pages) < 2:
@@ -70,7 +70,7 @@ def test_man_pages_train_only_on_pages_no_benchmark_holds_out():
 def test_python_training_files_leave_out_the_benchmarks_held_out_modules():
     """The stdlib sets' held-out items come from modules distillation never reads: the held-out fifth (its
     choice pinned: the same modules as always) and every module any stdlib set draws from."""
-    from omnidraft.bench import prompts
+    from omnidraft.assets import prompts
 
     held = {"email", "unittest", "xml", "csv", "ast", "enum", "tarfile", "subprocess", "threading", "socket"}
     kept = {"json", "os", "re", "asyncio", "typing", "collections", "functools", "pathlib", "random", "inspect"}

@@ -3,7 +3,8 @@ cut from, and bench.e2e folds each place's runs (and its upstream build's peer r
 
 import json
 
-from omnidraft.bench import e2e, prompts, snapshot
+from omnidraft.assets import prompts, snapshot
+from omnidraft.bench import e2e
 
 
 def test_a_snapshot_is_the_sets_first_held_out_items(tmp_path):

@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 from omnidraft.assets import corpora, models
-from omnidraft.bench import lang_sets, prompts, snapshot
-from omnidraft.bench.chat_fresh import MESSAGES
-from omnidraft.bench.stubs import STUBS
+from omnidraft.assets import lang_sets, prompts, snapshot
+from omnidraft.assets.chat_fresh import MESSAGES
+from omnidraft.assets.stubs import STUBS
 from omnidraft.distill.evaluate import summary_markdown, tau_at, write_summary
 
 HELDOUT_AT_LEAST = {"stubs": 16, "code-other": 15, "nl": 16, "chat-fresh": 16, **dict.fromkeys(lang_sets.SETS, 32)}

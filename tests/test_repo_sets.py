@@ -1,4 +1,4 @@
-"""One user's own repository as a prompt set (bench.repo_sets, issue 26): split by file, never leaking a held-out
+"""One user's own repository as a prompt set (assets.repo_sets, issue 26): split by file, never leaking a held-out
 file into the stream, deterministic, reached through snapshot.load_set as ``omnidraft adapt --stream-set`` reaches it."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from omnidraft.bench import repo_sets
-from omnidraft.bench.prompts import PromptSourceMissing
-from omnidraft.bench.snapshot import load_set
+from omnidraft.assets import repo_sets
+from omnidraft.assets.prompts import PromptSourceMissing
+from omnidraft.assets.snapshot import load_set
 from omnidraft.distill.sources import ADAPTATION_DOMAIN
 
 

@@ -79,7 +79,7 @@ prepare() {  # here
   "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     -d "$CARRY/whl" gguf==0.19.0 diskcache==5.6.3 tqdm jinja2 markupsafe typing_extensions
-  PYTHONPATH=backend:. "$py" -m omnidraft.bench.snapshot export humaneval,chat 8 "$CARRY/prompts" >/dev/null
+  PYTHONPATH=backend:. "$py" -m omnidraft.assets.snapshot export humaneval,chat 8 "$CARRY/prompts" >/dev/null
   cache=$(PYTHONPATH=backend:. "$py" -c 'from omnidraft.assets import models; print(models.cache_dir())')
   # the q4_0_pure files made there from the same inputs should be these bytes (checked, not required)
   ( cd "$cache/models/derived" && sha256sum qwen2.5-coder-1.5b-instruct-q4_0_pure.gguf \

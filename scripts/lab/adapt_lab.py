@@ -26,7 +26,7 @@ Nor much to unseen parts of files it saw: ``js-same-stream`` (first halves of 64
 (second halves of 32 of them) from 65.1 to 68.7 % after 64 prompts, and the other files' js-heldout from 68.1 to
 70.3 % in the same run (2026-11-27).
 
-One user's own repository (``bench.repo_sets``): ``records --sets npm-stream,npm-heldout`` and ``train --stream
+One user's own repository (``assets.repo_sets``): ``records --sets npm-stream,npm-heldout`` and ``train --stream
 npm-stream`` stream prompts of npm's CLI repository and score its held-out files: 61.9 -> 67.1 % after 64 prompts
 (full-1e-4-e2-p0.5-h1, interval 8); 128-token answers 66.5 %, lr 3e-4 65.5 %, prompt NLL 2 65.3 % (2026-11-27).
 ``train --errors`` says where a gain comes from: layout errors halve, identifiers and keywords stay wrong.
@@ -49,7 +49,7 @@ SETS = {  # name -> (prompt set, split)
     "js-stream-long": ("javascript", "stream"),  # the same requests with the file's text before them (--long-chars)
     # one codebase: requests from the first half of each file, held out from the second half of the same files
     "js-same-stream": ("javascript", "same-stream"), "js-same-heldout": ("javascript", "same-heldout"),
-    # one user's own repository (bench.repo_sets): npm's CLI, stream and held-out files split by file
+    # one user's own repository (assets.repo_sets): npm's CLI, stream and held-out files split by file
     "npm-stream": ("npm-cli", "stream"), "npm-heldout": ("npm-cli", "heldout"),
 }
 
@@ -61,7 +61,7 @@ def same_files(n_stream: int, n_heldout: int, seed: int = 0) -> dict[str, list]:
     import random
 
     from omnidraft.assets import corpora
-    from omnidraft.bench.prompts import Item, _code_prompt
+    from omnidraft.assets.prompts import Item, _code_prompt
 
     files = [f for f in corpora.source_files() if f.lang == "javascript" and corpora.file_split(f) == "train"]
     rng = random.Random(f"same-files:{seed}")
@@ -105,7 +105,7 @@ def with_file_prefix(item, chars: int):
 
 def cmd_records(args) -> None:
     from omnidraft.apps.adapt import answer_record
-    from omnidraft.bench.snapshot import load_set
+    from omnidraft.assets.snapshot import load_set
     from omnidraft.runtime.session import Session, Settings
 
     out = Path(args.out)
@@ -256,7 +256,7 @@ def error_classes(before, after, records: list[dict], draft: str) -> dict:
 def cmd_accept(args) -> None:
     """Held-out acceptance and tau (``adapt.evaluate``: greedy, fixed k, frozen empty n-gram cache) per GGUF."""
     from omnidraft.apps.adapt import evaluate
-    from omnidraft.bench import prompts
+    from omnidraft.assets import prompts
     from omnidraft.runtime.session import Session, Settings
 
     session = Session(Settings(target=args.target, draft=args.draft, threads=args.threads,

@@ -1,7 +1,7 @@
 """Where greedy speculation's text leaves the target alone's on a GPU, and why (issue 28's device sweep found
 two such answers on an H100 with verification batches the start-up probe called bit-identical).
 
-Per prompt of a snapshot (bench.snapshot): the target alone twice (is the GPU run itself repeatable?), then
+Per prompt of a snapshot (assets.snapshot): the target alone twice (is the GPU run itself repeatable?), then
 drafting at fixed k = 2 (3-row passes, what the product's CUDA plan allows), and the first token where the
 texts part.  There, the target's logits for that position from a one-token pass against the same position
 inside passes of 2 and 3 rows.  Then the start-up probe again at longer prefixes, and one-token passes
@@ -24,7 +24,7 @@ from statistics import median
 
 import numpy as np
 
-from omnidraft.bench.snapshot import load_snapshot
+from omnidraft.assets.snapshot import load_snapshot
 from omnidraft.llama import invariance
 from omnidraft.runtime.session import Session, Settings
 from omnidraft.seq import common_prefix

@@ -10,7 +10,7 @@ decode seconds summed over a half's prompts (model loading excluded, as in ``ben
     python scripts/lab/guard_resume.py TARGET PROMPTS OUT.json [--n 4] [--tokens 96] [--gpu-layers -1] [--threads 0]
         [--draft D]
 
-PROMPTS is a set name or a snapshot .json (``bench.snapshot``); --n prompts a half; OUT.json gets the rounds,
+PROMPTS is a set name or a snapshot .json (``assets.snapshot``); --n prompts a half; OUT.json gets the rounds,
 OUT.md a table.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from omnidraft.bench.snapshot import load_set
+from omnidraft.assets.snapshot import load_set
 
 # (label, method, half): the target alone first, so that its state (none) cannot depend on the drafting rounds
 ROUNDS = (("target alone, A", "target", "A"), ("target alone, B", "target", "B"),

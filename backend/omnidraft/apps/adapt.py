@@ -5,13 +5,13 @@
 
 The default scenario (issue 26) is a user who starts writing JavaScript: distillation never read a JavaScript
 file (``distill.sources.ADAPTATION_DOMAIN``), the stream is 64 completion requests on npm's modules
-(``bench.prompts`` set ``javascript``, its ``train`` files), the held-out prompts come from its held-out files,
+(``assets.prompts`` set ``javascript``, its ``train`` files), the held-out prompts come from its held-out files,
 never streamed, and the old domains (Python code, chat) are measured before and after.  Each request goes the
 way a server's request goes: the session's generator, its training record, the outbox, the uploader.
-``--stream-set npm-cli`` (or ``undici``) is one user's own repository instead (``bench.repo_sets``: stream and
+``--stream-set npm-cli`` (or ``undici``) is one user's own repository instead (``assets.repo_sets``: stream and
 held-out prompts from different files of one JavaScript codebase); measured, it gains no more than the language
 at large (BENCHMARKS.md, Adaptation), so the language stays the default.  ``--stream-set nl-fr`` (``nl-de``,
-``nl-nl``: ``bench.lang_sets``) is a natural language instead, translated man pages split by page; measured, it
+``nl-nl``: ``assets.lang_sets``) is a natural language instead, translated man pages split by page; measured, it
 gains no more than JavaScript (+0.9 to +1.6 points against +1.9).
 
 The trainer is its own process (``omnidraft trainer serve`` on a free loopback port), met the way a
@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omnidraft.assets import models
+from omnidraft.assets.snapshot import load_set
 from omnidraft.errors import BadRequest
 from omnidraft.online.outbox import Outbox, Uploader
 from omnidraft.online.rates import acceptance_text, measured
@@ -150,8 +151,6 @@ def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
             raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
         heldout, pool = prompts[-cfg.n_heldout:], prompts[: -cfg.n_heldout]
         return [(pool[i % len(pool)], True) for i in range(cfg.n_train)], [(p, True) for p in heldout]
-    from omnidraft.bench.snapshot import load_set
-
     stream = [(i.prompt, i.chat) for i in load_set(cfg.stream_set).split("stream")]
     held = [(i.prompt, i.chat) for i in load_set(cfg.eval_set or cfg.stream_set).split("heldout")]
     return [stream[i % len(stream)] for i in range(cfg.n_train)], held[: cfg.n_heldout]
@@ -202,8 +201,6 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
 
 def load_old(cfg: AdaptConfig) -> tuple[dict[str, list[Prompt]], list[Prompt]]:
     """(old domain -> its held-out prompts, the replay prompts: each old domain's first stream prompts)."""
-    from omnidraft.bench.snapshot import load_set
-
     old, replay = {}, []
     for name in filter(None, cfg.old_sets.split(",")):
         ps = load_set(name)

@@ -1,4 +1,4 @@
-"""Local corpora read by both distillation (``distill.sources``) and the benchmarks (``bench.prompts``), with
+"""Local corpora read by both distillation (``distill.sources``) and the prompt sets (``assets.prompts``), with
 the splits that keep each benchmark's held-out part out of training.
 
 Python's standard library: modules, not files, are split; a seeded fifth of the top-level modules is held out

@@ -14,7 +14,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from omnidraft.assets import models
+from omnidraft.assets import models, prompts, snapshot
 from omnidraft.cliutil import add_dataclass_args, dataclass_from_args
 from omnidraft.llama.engine import AUTO, KERNEL_CHOICES, KernelMode
 
@@ -175,7 +175,7 @@ def _csv(s: str) -> list[str]:
 def _cmd_run(cfg: RunSettings) -> int:
     from omnidraft.spec.generator import GenerationParams
     from omnidraft.runtime.session import Session, Settings
-    from . import report, runner, snapshot
+    from . import report, runner
 
     preset = dict(PRESETS[cfg.preset])
     preset.update({k: getattr(cfg, k) for k in preset if getattr(cfg, k, None) is not None})  # flags given win
@@ -204,7 +204,7 @@ def _cmd_run(cfg: RunSettings) -> int:
             modes.append(("sampled", GenerationParams(max_tokens=preset["max_tokens"], temperature=0.7,
                                                       top_p=0.95, seed=1234)))
         for set_name in _csv(preset["sets"]):
-            pset = snapshot.load_set(set_name)  # a name, or a snapshot file (bench.snapshot.export)
+            pset = snapshot.load_set(set_name)  # a name, or a snapshot file (assets.snapshot.export)
             set_name = pset.name
             items = pset.split("heldout")[: int(preset["n"])]
             for mode, params in modes:
@@ -367,11 +367,10 @@ def _cmd_costmodel(cfg: CostmodelSettings) -> int:
 
 
 def _cmd_peer(cfg: PeerSettings) -> int:
-    from omnidraft.assets import models
     from omnidraft.spec.generator import GenerationParams
     from omnidraft.spec.stats import GenerationStats
     from omnidraft.runtime.session import Session, Settings
-    from . import peer, prompts, report, runner
+    from . import peer, report, runner
 
     items = [i for i in prompts.load(cfg.set).split("heldout") if not i.chat][: cfg.n]
     texts = [i.prompt for i in items]

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from omnidraft.assets import prompts
+
 
 def heldout_text(max_chars: int = 60_000) -> str:
-    from . import prompts
-
     parts = []
     for name in ("humaneval", "stdlib-code"):
         parts += [i.prompt for i in prompts.load(name).split("heldout")]

@@ -21,7 +21,7 @@ from omnidraft.spec.stats import GenerationStats
 from omnidraft.spec.methods import PairContext
 from omnidraft.spec.policy import PolicyConfig, seeded_policy
 from omnidraft.runtime.session import Session
-from .prompts import Item
+from omnidraft.assets.prompts import Item
 
 log = logging.getLogger(__name__)
 

