@@ -46,7 +46,7 @@ FLAG_RANGES: dict[str, Range] = {
     "threads": _THREADS, "draft_threads": _THREADS, "gpu_layers": (-1, 100_000), "ngram_budget_kb": (0, 1 << 24),
     # sampling (generate)
     "max_tokens": (1, 1 << 20), "temp": (0.0, 100.0), "temperature": (0.0, 100.0), "top_p": _SHARE,
-    "top_k": (0, 1 << 20), "seed": _SEED,
+    "top_k": (0, 1 << 20), "seed": _SEED, "budget": (1, 1 << 34),  # distill head-rank: characters a source
     # the trainer (trainer serve, adapt, distill train)
     "port": (0, 65535), "interval": (1, _BIG), "lam": (0.0, 100.0), "prompt_lam": (0.0, 100.0), "lr": _LR,
     "weight_decay": (0.0, 10.0), "lora_rank": (0, 4096), "max_len": (8, 1 << 20), "epochs": (1, 100_000),
