@@ -269,11 +269,10 @@ def split_format(name: str, qtype: str) -> tuple[str, int]:
         elif part in QUANT_TYPES and not quant:
             quant = part
         else:
-            raise ModelNotFound(f"{name}:{qtype}: unknown quantization or format {part!r}; a quantization ({', '.join(QUANT_TYPES)}), "
-                                f"'{FR}' or '{FR}<N>k' (a head over the N*1024 most frequent tokens), joined by '+'")
-    if rows and not get_spec(name).head_rank:
-        raise ModelNotFound(f"{name}:{qtype}: no token ranking for this model's vocabulary (':{FR}' formats are "
-                            f"made for the SmolLM2 drafters)")
+            raise ModelNotFound(f"{name}:{qtype}: unknown quantization or format {part!r}; use "
+                                f"{', '.join(QUANT_TYPES)}, '{FR}' or '{FR}<N>k' (N*1024 head tokens), joined by '+'")
+    if rows:
+        head_rank_path(name)  # raises for a model without a ranking
     return quant, rows
 
 
@@ -289,8 +288,7 @@ def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
     quant, rows = split_format(name, qtype)
     if rows and not build.has_frhead():
         log.warning("%s:%s: this llama.cpp build lacks omnidraft's frhead.patch; using the full head", name, qtype)
-        return resolve_derived(name, quant, fetch) if quant else (ensure_verified(name) if fetch else
-                                                                   model_path(get_spec(name)))
+        return resolve(f"{name}:{quant}" if quant else name, fetch)
     out, spec = derived_path(name, qtype), get_spec(name)
     if (out.is_file() and derived_source(out) == spec.sha256) or not fetch:
         return out
@@ -305,12 +303,19 @@ def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
     return out
 
 
+def head_rank_path(name: str) -> Path:
+    """Where a model's token ranking lives (its ':fr' heads keep the first rows); ModelNotFound if it has none."""
+    if not (rel := get_spec(name).head_rank):
+        raise ModelNotFound(f"{name}: no token ranking for this vocabulary (':{FR}' is for the SmolLM2 drafters)")
+    return _repo_file(rel)
+
+
 def _make_fr(spec: ModelSpec, quant: str, rows: int, out: Path) -> Path:
     """The pinned drafter (or its ``quant`` copy) with a head over its ``rows`` most frequent tokens."""
     from gguf_tools import frhead
 
     src = resolve_derived(spec.name, quant) if quant else ensure_verified(spec.name)
-    ranking = np.load(_repo_file(spec.head_rank))
+    ranking = np.load(head_rank_path(spec.name))
     log.info("making %s from %s (a head over its %d most frequent tokens)", out.name, src.name, rows)
     with from_gguf_tools():
         frhead.write(src, out, frhead.choose(ranking, rows, frhead.control_ids(src)))

@@ -7,8 +7,8 @@ can no longer be proposed, which costs acceptance only where the target writes a
 The ranking counts the drafter's tokens over the training side of every local source distillation reads
 (Python, other languages, natural-language catalogs, ShareGPT conversations), in equal character budgets,
 never the held-out sets the benchmarks measure on.  It is computed once (``omnidraft distill head-rank``)
-and kept in the tree (``models/smollm2.head-rank.npy``: the tokenizer of every SmolLM2 drafter) so that every machine derives the same head:
-the local corpora differ between machines.
+and kept in the tree (``models/smollm2.head-rank.npy``, shared by every SmolLM2 drafter's tokenizer) so
+that every machine derives the same head: the local corpora differ between machines.
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ def count(tokenize: Callable[[str], list[int]], n_vocab: int, texts: dict[str, I
 class HeadRankConfig:
     """``omnidraft distill head-rank``: rank the drafter's tokens by frequency in the training texts."""
 
-    drafter: str = field(default="smollm2-135m-d8-qwen", metadata={"help": "drafter (name or .gguf) whose tokenizer counts"})
-    out: str = field(default="models/smollm2.head-rank.npy", metadata={"help": "where to write the ranking (.npy)"})
+    drafter: str = field(default=models.DEFAULT_DRAFT, metadata={"help": "drafter (name) whose tokenizer counts"})
+    out: str = field(default="", metadata={
+        "help": "where to write the ranking (.npy; default: the file the drafter's ':fr' formats read)"})
     budget: int = field(default=BUDGET_CHARS, metadata={"help": "characters read per source"})
     seed: int = field(default=0, metadata={"help": "the training windows' seed (distill data's)"})
 
@@ -87,7 +88,7 @@ def build(cfg: HeadRankConfig) -> dict:
     with Engine(models.resolve(cfg.drafter), EngineConfig(vocab_only=True)) as e:
         counts = count(lambda s: e.tokenize(s), e.n_vocab, training_texts(cfg.seed), cfg.budget)
     ranking = rank(counts)
-    out = Path(cfg.out)
+    out = Path(cfg.out) if cfg.out else models.head_rank_path(cfg.drafter)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.save(out, ranking.astype(np.int32))
     return {"out": str(out), "tokens_seen": int((counts > 0).sum()), "n_vocab": len(counts)}

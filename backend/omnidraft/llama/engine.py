@@ -142,10 +142,11 @@ class Engine:
     def _head_ids(self) -> np.ndarray | None:
         """A frequency-ranked head's token per logits column (``gguf_tools.frhead``); None for a full head.
         Columns from ``len(head_ids)`` on are padding: only a drafter that maps columns reads such a model."""
-        if self.meta(frhead.ROWS_KEY) is None:
+        rows = self.meta(frhead.ROWS_KEY)
+        if rows is None:
             return None
         ids = frhead.head_token_ids(self.path)
-        if ids is None or len(ids) != int(self.meta(frhead.ROWS_KEY)) or ids.max(initial=0) >= self.n_vocab:
+        if ids is None or len(ids) != int(rows) or ids.max(initial=0) >= self.n_vocab:
             raise InvalidModelFile(f"{self.path}: {frhead.IDS_KEY} does not match {frhead.ROWS_KEY}")
         return ids
 

@@ -22,10 +22,10 @@ from omnidraft.spec.methods import METHODS, NEEDS_DRAFT_MODEL, PairContext, make
 from omnidraft.vocab.ngram_cache import NGramCache, cache_filename
 from omnidraft.spec.policy import DraftPolicy, PolicyConfig, seeded_policy
 from omnidraft.spec.predictor import AcceptancePredictor
-
-from . import heads
 from omnidraft.online.registry import VersionCorrupt
 from omnidraft.vocab.bridge import build_bridge
+
+from . import heads
 
 log = logging.getLogger(__name__)
 
