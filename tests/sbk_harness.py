@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-SOURCE = Path(__file__).resolve().parents[1] / "backend" / "omnidraft" / "llama" / "patch" / "sbk.cpp"
+PATCH = Path(__file__).resolve().parents[1] / "backend" / "omnidraft" / "llama" / "patch"
+SOURCES = (PATCH / "sbk.cpp", PATCH / "sbkx8.cpp")  # plain layouts; Q4_K in ggml's 8-row interleave
 Q5_0, Q8_0, Q4_K, Q6_K = 6, 8, 12, 14
 QK_K = 256
 
@@ -39,18 +40,21 @@ def cpu_flags() -> set[str]:
 
 
 def build(tier: str, out_dir: Path) -> ctypes.CDLL:
-    """sbk.cpp as a shared library for one tier (g++ or c++ from PATH)."""
+    """sbk.cpp and sbkx8.cpp as one shared library for one tier (g++ or c++ from PATH)."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         raise RuntimeError("no C++ compiler on PATH")
     lib = out_dir / f"sbk_{tier}.so"
     subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-DSBK_STANDALONE", *TIERS[tier][0],
-                    str(SOURCE), "-o", str(lib)], check=True, capture_output=True)
+                    *map(str, SOURCES), "-o", str(lib)], check=True, capture_output=True)
     dll = ctypes.CDLL(str(lib))
     dll.sbk_gemm.restype = ctypes.c_int
     dll.sbk_gemm.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64,
                              ctypes.c_int64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p,
                              ctypes.c_size_t]
+    dll.sbk_q4kx8_gemm.restype = ctypes.c_int
+    dll.sbk_q4kx8_gemm.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                   ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
     return dll
 
 
@@ -62,6 +66,14 @@ def gemm(dll: ctypes.CDLL, wtype: int, k: int, w: np.ndarray, act: np.ndarray, n
                       out.ctypes.data, rows)
     if not ok:
         raise ValueError(f"sbk_gemm refused type {wtype} with {n} rows")
+    return out
+
+
+def gemm_x8(dll: ctypes.CDLL, k: int, wx8: np.ndarray, rows: int, act: np.ndarray, n: int) -> np.ndarray:
+    """The interleaved Q4_K kernel: wx8 from ``to_x8``; returns (n, rows)."""
+    out = np.full((n, rows), np.nan, dtype=np.float32)
+    if not dll.sbk_q4kx8_gemm(k, wx8.ctypes.data, 0, rows, act.ctypes.data, act.shape[1], n, out.ctypes.data, rows):
+        raise ValueError(f"sbk_q4kx8_gemm refused k={k}, {rows} weight rows, {n} activation rows")
     return out
 
 
@@ -141,6 +153,30 @@ def deq_q4k(w: np.ndarray) -> np.ndarray:
             s = 2 * p + half
             vals[..., 32 * s:32 * s + 32] = (d * sc[..., s])[..., None] * nib - (dmin * mn[..., s])[..., None]
     return vals.reshape(rows, -1)
+
+
+def to_x8(w: np.ndarray) -> np.ndarray:
+    """Plain Q4_K rows (a multiple of 8) in ggml's block_q4_Kx8 layout, written from make_block_q4_Kx8."""
+    rows = w.shape[0]
+    b = w.reshape(rows // 8, 8, -1, 144).transpose(0, 2, 1, 3)  # [group][block][row][bytes]
+    out = np.zeros(b.shape[:2] + (1152,), dtype=np.uint8)
+    out[..., 0:16] = b[..., 0:2].reshape(b.shape[:2] + (16,))
+    out[..., 16:32] = b[..., 2:4].reshape(b.shape[:2] + (16,))
+    q = b[..., 4:16].astype(np.int64)
+    for half in range(2):  # sub-blocks 0-3, then 4-7: get_scale_min_k4, then packed 12 bytes each
+        for i in range(4):
+            if half == 0:
+                s, m = q[..., i] & 63, q[..., i + 4] & 63
+            else:
+                s = ((q[..., i] & 192) >> 2) | (q[..., i + 8] & 15)
+                m = ((q[..., i + 4] & 192) >> 2) | ((q[..., i + 8] & 240) >> 4)
+            o = 32 + 48 * half + 12 * i
+            out[..., o:o + 4] = (s[..., :4] & 63) + ((s[..., 4:] & 48) << 2)
+            out[..., o + 4:o + 8] = (m[..., :4] & 63) + ((m[..., 4:] & 48) << 2)
+            out[..., o + 8:o + 12] = (s[..., 4:] & 15) + ((m[..., 4:] & 15) << 4)
+    qs = b[..., 16:]  # chunk k: row k % 8, bytes 8*(k // 8)..
+    out[..., 128:] = qs.reshape(b.shape[:2] + (8, 16, 8)).transpose(0, 1, 3, 2, 4).reshape(b.shape[:2] + (1024,))
+    return np.ascontiguousarray(out.reshape(rows // 8, -1))
 
 
 def deq_q6k(w: np.ndarray) -> np.ndarray:

@@ -58,6 +58,38 @@ def test_every_tier_rows_bit_identical_and_match_reference(tiers, fmt):
             assert np.array_equal(H.gemm(dll, wtype, k, w, act, n), one[:n]), f"{tier} {fmt}: a batch of {n} differs"
 
 
+def test_interleaved_q4_k_rows_bit_identical_and_match_reference(tiers):
+    """sbkx8.cpp: Q4_K in ggml's 8-row interleave (the fast mode's layout) through the same checks, and
+    within float tolerance of the plain-layout kernel on the same weights (only summation order differs)."""
+    rng = np.random.default_rng(5)
+    nsb, rows = 6, 24
+    k = nsb * H.QK_K
+    w, act = H.q4k_blocks(rng, rows, nsb), H.q8k_rows(rng, MAX_ROWS, nsb)
+    ref = H.deq_q8k(act) @ H.deq_q4k(w).T
+    wx8 = H.to_x8(w)
+    for tier, dll in tiers.items():
+        one = np.stack([H.gemm_x8(dll, k, wx8, rows, act[j:j + 1], 1)[0] for j in range(MAX_ROWS)])
+        err = float(np.abs(one - ref).max() / np.abs(ref).max())
+        assert err < 1e-5, f"{tier} x8: {err:.2e} of the largest output from the float64 reference"
+        plain = H.gemm(dll, H.Q4_K, k, w, act, MAX_ROWS)
+        assert float(np.abs(one - plain).max() / np.abs(ref).max()) < 1e-5, f"{tier}: x8 and plain layouts disagree"
+        for n in range(2, MAX_ROWS + 1):
+            assert np.array_equal(H.gemm_x8(dll, k, wx8, rows, act, n), one[:n]), f"{tier} x8: a batch of {n} differs"
+        with pytest.raises(ValueError):
+            H.gemm_x8(dll, k, wx8, 12, act, 1)  # not a whole group of 8 weight rows
+
+
+def test_interleaved_q4_k_drifted_row_is_caught(tiers):
+    rng = np.random.default_rng(3)
+    w, act = H.q4k_blocks(rng, 16, 2), H.q8k_rows(rng, MAX_ROWS, 2)
+    dll, wx8 = next(iter(tiers.values())), H.to_x8(w)
+    before = H.gemm_x8(dll, 2 * H.QK_K, wx8, 16, act, MAX_ROWS)
+    act[6, 4 + 300] ^= 0x01  # block 1, value 4 of activation row 6
+    after = H.gemm_x8(dll, 2 * H.QK_K, wx8, 16, act, MAX_ROWS)
+    assert not np.array_equal(before[6], after[6])
+    assert np.array_equal(np.delete(before, 6, 0), np.delete(after, 6, 0))
+
+
 def test_a_drifted_row_is_caught(tiers):
     """The checks above can fail: one activation byte changed in row 5 changes that row only."""
     wtype, block, make_w, make_a, _, _ = H.FORMATS["q4_K"]
@@ -122,6 +154,26 @@ def test_invariance_probe_reports_eight_identical_rows_for_q4_k_m(q4_k_m_target,
     with Engine(q4_k_m_target, EngineConfig(n_ctx=512, n_threads=2, batch_invariant=True)) as e:
         fid = invariance.measure(e, MAX_ROWS, timing=False)
     assert (fid.max_identical, fid.bound, fid.flips) == (MAX_ROWS, 0.0, 0)
+
+
+def test_fast_mode_q4_k_m_verifies_exactly_through_the_interleaved_kernel(q4_k_m_target, monkeypatch):
+    """The fast mode repacks the file's Q4_K matrices (block_q4_Kx8); with sbkx8 its 1..8-row passes are
+    bit-identical to its decoding, so the Q4_K_M file verifies drafts in either mode.  Without the
+    kernels (OMNIDRAFT_SBQ4=0) ggml's repacked gemv/gemm run, which are not (argmax flips on this file)."""
+    _require_kernel()
+    if not llama_build.has_sbkx8():
+        pytest.fail("the build has sbk.cpp but not sbkx8.cpp: setup's check should have rebuilt it")
+    monkeypatch.delenv("OMNIDRAFT_SBQ4", raising=False)
+    with Engine(q4_k_m_target, EngineConfig(n_ctx=512, n_threads=2, batch_invariant=False)) as e:
+        fid = invariance.measure(e, MAX_ROWS, timing=False)
+        ids = e.tokenize(invariance.PROBE_TEXT)
+        single, _ = rows_by_batch(e, ids[:20], ids[20:20 + MAX_ROWS])
+        monkeypatch.setenv("OMNIDRAFT_SBQ4", "0")
+        theirs, _ = rows_by_batch(e, ids[:20], ids[20:20 + MAX_ROWS])
+    assert (fid.max_identical, fid.bound, fid.flips) == (MAX_ROWS, 0.0, 0)
+    assert not np.array_equal(single, theirs), "OMNIDRAFT_SBQ4=0 did not reach ggml's kernels"
+    rms = float(np.sqrt(np.mean((single - theirs) ** 2)))
+    assert rms <= 0.05 * float(theirs.std()), f"differs from ggml's kernels by {rms / theirs.std():.3g} of the spread"
 
 
 def test_doctor_names_the_k_quant_kernel(monkeypatch):

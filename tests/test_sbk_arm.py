@@ -59,7 +59,7 @@ def drivers(tmp_path_factory) -> dict[str, Path]:
     for name, (march, _) in BUILDS.items():
         exe = out / f"sbk_driver_{name}"
         proc = subprocess.run([CXX, "-O2", "-std=c++17", march, "-static", "-DSBK_STANDALONE", str(DRIVER),
-                               str(H.SOURCE), "-o", str(exe)], capture_output=True, text=True)
+                               str(H.PATCH / "sbk.cpp"), "-o", str(exe)], capture_output=True, text=True)
         assert proc.returncode == 0, f"cross build {name} failed:\n{proc.stderr}"
         built[name] = exe
     return built

@@ -37,6 +37,13 @@ int ggml_cpu_sbk_variant(void);
 int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
              const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride);
 
+// The same product over ggml's repacked Q4_K (block_q4_Kx8: 8 weight rows interleaved 8 bytes at a time,
+// what ggml repacks Q4_K to on x86 with AVX2; sbkx8.cpp): weight rows [r0, r1) (multiples of 8), group g of
+// 8 rows at w + g * (k/256) * 1152 bytes; activation rows as above (block_q8_K).  Returns 0 where it does
+// not take the shape (or the build has no AVX2).
+int sbk_q4kx8_gemm(int64_t k, const void * w, int64_t r0, int64_t r1, const void * act, size_t act_row_bytes,
+                   int n, float * dst, size_t dst_stride);
+
 // ---- the hook in ggml-cpu.c (ggml builds only)
 struct ggml_tensor;
 struct ggml_compute_params;
@@ -51,6 +58,15 @@ int ggml_sbk_takes(const struct ggml_tensor * op);
 // already stands at nth).
 void ggml_sbk_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * op,
                       const void * wdata, size_t row_size);
+
+// ---- the hook in repack.cpp (block_q4_Kx8 weights, the fast mode's Q4_K)
+// Whether op is a small batch sbkx8 takes (as ggml_sbk_takes says for the plain layout); the work buffer
+// it needs (the activations as block_q8_K rows); and the product on every thread of the pool: quantize,
+// barrier, groups of 8 weight rows in chunks.  ggml_sbkx8_mul_mat returns 0 (and does nothing) if the
+// work buffer is too small.
+int ggml_sbkx8_takes(const struct ggml_tensor * op);
+size_t ggml_sbkx8_work_size(const struct ggml_tensor * op);
+int ggml_sbkx8_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * op);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,414 @@
+// sbkx8: omnidraft's small-batch Q4_K product over ggml's repacked layout (block_q4_Kx8: 8 weight rows
+// interleaved 8 bytes at a time), x86 AVX2 and up.  The fast mode's layout for the Q4_K_M files users
+// download; sbk.cpp does the same over the plain layout (the exact mode).
+//
+// Why a second Q4_K kernel.  In the plain layout one 256-bit vector holds 32 values of one sub-block, so
+// every row pays a scale multiply per 32 values: two multiplies per 32 weights and activation row
+// (vpmaddubsw, then vpmaddwd or vpdpwssd by the sub-block's scale).  That per-row arithmetic, not memory,
+// is what a 4- or 8-row verification pass pays for (0.20-0.30 of a decode per extra row).  In the
+// interleaved layout one vector holds 8 values of 4 rows; a sub-block (32 values) spans 4 vectors whose
+// products sum exactly in 16 bits (|sum| <= 16 * 15 * 128 = 30,720) before one multiply by the scales of
+// the 4 rows.  Per 32 weights and row that is 1.25 multiplies instead of 2, with the same weight bytes
+// read once.  ggml's own gemv/gemm over this layout are not batch-invariant (gemm takes 4 rows at a
+// time with other instructions), so its Q4_K_M fast mode could not verify drafts exactly.
+//
+// Exactness.  As in sbk.cpp: every output gets the same instructions whatever n is; integer sums per
+// block (exact, so their order and the loop structure may differ between n), then one float
+// multiply-add per block and row in a fixed order, and a fixed final reduction.  Batched rows are
+// bit-identical to one-row decoding by construction, and decoding goes through here too.
+//
+// Layout (ggml-cpu/repack.h, make_block_q4_Kx8).  One block of 8 rows x 256 values, 1152 bytes:
+// fp16 d[8], fp16 dmin[8], scales[96] (6-bit scales and mins; 12 bytes per sub-block g for the 8 rows:
+// bytes 0-3 scales of rows 0-3 with bits 4-5 of rows 4-7's in their top bits, 4-7 the same for mins,
+// 8-11 the low nibbles of rows 4-7's scales and (high nibbles) mins), qs[1024]: chunk k of 8 bytes is
+// row k % 8's bytes 8*(k/8).. of its plain Q4_K qs, whose byte 32p + b holds value 64p + b in its low
+// nibble and 64p + 32 + b in its high one.  Activations: plain block_q8_K rows (float d, 256 int8,
+// int16 sums of each 16), quantized by ggml's quantize_row_q8_K.
+#include "sbk.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define SBKX8_VARIANT 3
+#elif defined(__AVXVNNI__)
+#define SBKX8_VARIANT 2
+#else
+#define SBKX8_VARIANT 1
+#endif
+#else
+#define SBKX8_VARIANT 0
+#endif
+// How the 4-value products are summed before the scales: vpdpbusd into 32-bit lanes (VNNI), or vpmaddubsw
+// pairs summed in 16 bits (AVX2; -DSBKX8_MADDUBS forces it on VNNI builds, to compare).
+#if SBKX8_VARIANT >= 2 && !defined(SBKX8_MADDUBS)
+#define SBKX8_DPBUSD 1
+#else
+#define SBKX8_DPBUSD 0
+#endif
+
+#if SBKX8_VARIANT > 0
+namespace {
+
+constexpr int QK_K = 256;
+constexpr int X8_BYTES = 1152;  // block_q4_Kx8
+constexpr int Q8K_BYTES = 292;
+constexpr int MAX_BLOCKS = 256;  // rows of up to 65,536 values
+#ifndef SBKX8_PREFETCH
+#define SBKX8_PREFETCH 4096
+#endif
+
+#define SBKX8_UNROLL _Pragma("GCC unroll 8")
+#ifndef SBKX8_ROWS
+#define SBKX8_ROWS 2  // activation rows sharing each weight load (registers: 16 ymm on AVX2)
+#endif
+
+inline __m256i load(const void * p) { return _mm256_loadu_si256((const __m256i *) p); }
+inline __m128i load128(const void * p) { return _mm_loadu_si128((const __m128i *) p); }
+
+inline __m256i bcast64(const uint8_t * p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return _mm256_set1_epi64x(v);
+}
+
+inline __m256i bcast32(const int16_t * p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// acc + a0*b0 + a1*b1 per int32 lane (int16 pairs); VNNI fuses the multiply and the add (same integer).
+inline __m256i dot_i16(__m256i acc, __m256i a, __m256i b) {
+#if SBKX8_VARIANT == 3
+    return _mm256_dpwssd_epi32(acc, a, b);
+#elif SBKX8_VARIANT == 2
+    return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
+// The activations' side table, once per call and thread: each block's scale, and the sums of each 32
+// quants (what the rows' mins multiply), as int16 pairs.
+struct acts {
+    const uint8_t * q;  // activation row 0 (block_q8_K)
+    size_t stride;      // bytes between activation rows
+    int64_t nb;         // blocks per row
+    const float * d;    // [row][block]
+    const int16_t * bs; // [row][block][8]
+};
+
+alignas(64) thread_local float TABLE_D[SBK_MAX_ROWS * MAX_BLOCKS];
+alignas(64) thread_local int16_t TABLE_BS[SBK_MAX_ROWS * MAX_BLOCKS * 8];
+
+acts prepare(const uint8_t * act, size_t stride, int n, int64_t nb) {
+    for (int j = 0; j < n; j++) {
+        for (int64_t i = 0; i < nb; i++) {
+            const uint8_t * y = act + j * stride + i * Q8K_BYTES;
+            memcpy(TABLE_D + j * nb + i, y, 4);
+            int16_t s16[16];
+            memcpy(s16, y + 4 + QK_K, sizeof s16);
+            for (int s = 0; s < 8; s++) {
+                TABLE_BS[(j * nb + i) * 8 + s] = (int16_t) (s16[2 * s] + s16[2 * s + 1]);
+            }
+        }
+    }
+    return {act, stride, nb, TABLE_D, TABLE_BS};
+}
+
+// ---------------------------------------------------------------- one block's shared part
+// Everything a block needs besides the activations, unpacked once for every activation row.
+struct block8 {
+    __m256i w[4][4][4];  // [p][c][loA, hiA, loB, hiB]: nibbles of rows 0-3 (A) and 4-7 (B)
+    __m256i s[4][4];     // [p]: the scale vectors (per variant, see scale_vectors)
+    __m256i m[4];        // [t]: int16 pairs (min of sub-block 2t, 2t+1) of rows 0..7
+    __m256 dA, dB;       // the rows' d, in the lanes the sums come out in
+    __m256 ndmin;        // -dmin of rows 0..7
+};
+
+// 6-bit scales and mins of one sub-block for the 8 rows (make_block_q4_Kx8's packing undone).
+inline void unpack_scales(const uint8_t * g, uint8_t * sc, uint8_t * mn) {
+    uint64_t a;
+    uint32_t b;
+    memcpy(&a, g, 8);
+    memcpy(&b, g + 8, 4);
+    const uint64_t lo = a & 0x3F3F3F3F3F3F3F3FULL;           // scales 0-3, mins 0-3
+    const uint64_t top = ((a >> 6) & 0x0303030303030303ULL) << 4;  // bits 4-5 of scales 4-7, mins 4-7
+    const uint64_t nib = (uint64_t) (b & 0x0F0F0F0F) | ((uint64_t) ((b >> 4) & 0x0F0F0F0F) << 32);
+    const uint64_t hi = nib | top;                            // scales 4-7, mins 4-7
+    const uint64_t s = (lo & 0xFFFFFFFFULL) | (hi << 32);
+    const uint64_t m = (lo >> 32) | (hi & 0xFFFFFFFF00000000ULL);
+    memcpy(sc, &s, 8);
+    memcpy(mn, &m, 8);
+}
+
+inline __m256i spread(__m128i v, const char * idx) {
+    return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, _mm_loadu_si128((const __m128i *) idx)));
+}
+
+// The scales of sub-blocks 2p (lo) and 2p+1 (hi) as int16 vectors matching the sums' lanes:
+// VNNI: packs(loA, hiA) holds [lo r0 r0 r1 r1, hi r0 r0 r1 r1 | lo r2 r2 r3 r3, hi r2 r2 r3 r3];
+// AVX2: maddubs over half A holds [r0 x4, r1 x4 | r2 x4, r3 x4], lo and hi apart.
+#if SBKX8_DPBUSD
+alignas(16) const char SIDX[2][16] = {{0, 0, 1, 1, 8, 8, 9, 9, 2, 2, 3, 3, 10, 10, 11, 11},
+                                      {4, 4, 5, 5, 12, 12, 13, 13, 6, 6, 7, 7, 14, 14, 15, 15}};
+#else
+alignas(16) const char SIDX[4][16] = {{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3},
+                                      {8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11},
+                                      {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7},
+                                      {12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15}};
+#endif
+alignas(16) const char MIDX[16] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+constexpr int NSCALE = SBKX8_DPBUSD ? 2 : 4;
+
+inline void unpack_block(const uint8_t * x, block8 & b) {
+    alignas(16) uint8_t sc[8][8], mn[8][8];  // [sub-block][row]
+    SBKX8_UNROLL
+    for (int g = 0; g < 8; g++) {
+        unpack_scales(x + 32 + 12 * g, sc[g], mn[g]);
+    }
+    SBKX8_UNROLL
+    for (int p = 0; p < 4; p++) {
+        const __m128i v = load128(sc[2 * p]);
+        SBKX8_UNROLL
+        for (int k = 0; k < NSCALE; k++) {
+            b.s[p][k] = spread(v, SIDX[k]);
+        }
+        b.m[p] = spread(load128(mn[2 * p]), MIDX);
+    }
+    const __m256 d = _mm256_cvtph_ps(load128(x));
+#if SBKX8_DPBUSD
+    b.dA = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3));
+    b.dB = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(4, 5, 4, 5, 6, 7, 6, 7));
+#else
+    b.dA = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    b.dB = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+#endif
+    b.ndmin = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(load128(x + 16)));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const uint8_t * qs = x + 128;
+    SBKX8_UNROLL
+    for (int p = 0; p < 4; p++) {
+        SBKX8_UNROLL
+        for (int c = 0; c < 4; c++) {
+            const __m256i a = load(qs + 64 * (4 * p + c)), bb = load(qs + 64 * (4 * p + c) + 32);
+            b.w[p][c][0] = _mm256_and_si256(a, m4);
+            b.w[p][c][1] = _mm256_and_si256(_mm256_srli_epi16(a, 4), m4);
+            b.w[p][c][2] = _mm256_and_si256(bb, m4);
+            b.w[p][c][3] = _mm256_and_si256(_mm256_srli_epi16(bb, 4), m4);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- one activation row against a block
+// The block's integer sums for one activation row: TA, TB (scaled nibble products, lanes as dA, dB say)
+// and M (the mins times the activations' 32-sums, lanes = rows 0..7).  Exact: the loop order is free.
+struct sums {
+    __m256i a, b, m;
+};
+
+// R activation rows at once, so that each weight vector loaded from the block serves R rows (one row at a
+// time, the loads of the unpacked weights, not the multiplies, bound the pass).
+template <int R>
+inline void row_sums(const block8 & b, const uint8_t * const * y, const int16_t * const * bs, sums * r) {
+    SBKX8_UNROLL
+    for (int j = 0; j < R; j++) {
+        r[j] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    }
+    SBKX8_UNROLL
+    for (int p = 0; p < 4; p++) {
+        __m256i lo[R][2], hi[R][2];  // [row][A, B]
+        SBKX8_UNROLL
+        for (int j = 0; j < R; j++) {
+            lo[j][0] = lo[j][1] = hi[j][0] = hi[j][1] = _mm256_setzero_si256();
+        }
+        SBKX8_UNROLL
+        for (int c = 0; c < 4; c++) {
+            SBKX8_UNROLL
+            for (int h = 0; h < 2; h++) {  // rows 0-3, then 4-7
+                const __m256i wl = b.w[p][c][2 * h], wh = b.w[p][c][2 * h + 1];
+                SBKX8_UNROLL
+                for (int j = 0; j < R; j++) {
+                    const __m256i al = bcast64(y[j] + 64 * p + 8 * c), ah = bcast64(y[j] + 64 * p + 32 + 8 * c);
+#if SBKX8_DPBUSD && SBKX8_VARIANT == 3
+                    lo[j][h] = _mm256_dpbusd_epi32(lo[j][h], wl, al);
+                    hi[j][h] = _mm256_dpbusd_epi32(hi[j][h], wh, ah);
+#elif SBKX8_DPBUSD
+                    lo[j][h] = _mm256_dpbusd_avx_epi32(lo[j][h], wl, al);
+                    hi[j][h] = _mm256_dpbusd_avx_epi32(hi[j][h], wh, ah);
+#else
+                    // pairs of at most 2 * 15 * 128; four of them sum to 15,360: no 16-bit overflow
+                    lo[j][h] = _mm256_add_epi16(lo[j][h], _mm256_maddubs_epi16(wl, al));
+                    hi[j][h] = _mm256_add_epi16(hi[j][h], _mm256_maddubs_epi16(wh, ah));
+#endif
+                }
+            }
+        }
+        SBKX8_UNROLL
+        for (int j = 0; j < R; j++) {
+#if SBKX8_DPBUSD
+            // each lane sums 16 products of at most 15 * 128: packs never saturates
+            r[j].a = dot_i16(r[j].a, _mm256_packs_epi32(lo[j][0], hi[j][0]), b.s[p][0]);
+            r[j].b = dot_i16(r[j].b, _mm256_packs_epi32(lo[j][1], hi[j][1]), b.s[p][1]);
+#else
+            r[j].a = dot_i16(dot_i16(r[j].a, lo[j][0], b.s[p][0]), hi[j][0], b.s[p][1]);
+            r[j].b = dot_i16(dot_i16(r[j].b, lo[j][1], b.s[p][2]), hi[j][1], b.s[p][3]);
+#endif
+            r[j].m = dot_i16(r[j].m, b.m[p], bcast32(bs[j] + 2 * p));
+        }
+    }
+}
+
+// Per-row float state: the scaled sums of rows 0-3 and 4-7 (two lanes a row), and the mins (one lane a row).
+struct facc {
+    __m256 a, b, m;
+};
+
+template <int N>
+void group(const uint8_t * x, const acts & act, float * out, size_t stride) {
+    facc acc[N];
+    SBKX8_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    }
+    block8 b;
+    for (int64_t i = 0; i < act.nb; i++, x += X8_BYTES) {
+        for (int o = 0; o < X8_BYTES; o += 64) {
+            _mm_prefetch((const char *) x + SBKX8_PREFETCH + o, _MM_HINT_T0);
+        }
+        unpack_block(x, b);
+        const uint8_t * y[N];
+        const int16_t * bs[N];
+        SBKX8_UNROLL
+        for (int j = 0; j < N; j++) {
+            y[j] = act.q + j * act.stride + i * Q8K_BYTES + 4;
+            bs[j] = act.bs + 8 * (j * act.nb + i);
+        }
+        sums s[N];
+        SBKX8_UNROLL
+        for (int j = 0; j + SBKX8_ROWS <= N; j += SBKX8_ROWS) {
+            row_sums<SBKX8_ROWS>(b, y + j, bs + j, s + j);
+        }
+        if constexpr (N % SBKX8_ROWS != 0) {
+            row_sums<N % SBKX8_ROWS>(b, y + N - N % SBKX8_ROWS, bs + N - N % SBKX8_ROWS, s + N - N % SBKX8_ROWS);
+        }
+        SBKX8_UNROLL
+        for (int j = 0; j < N; j++) {
+            const __m256 dy = _mm256_broadcast_ss(act.d + j * act.nb + i);
+            acc[j].a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j].a), _mm256_mul_ps(b.dA, dy), acc[j].a);
+            acc[j].b = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j].b), _mm256_mul_ps(b.dB, dy), acc[j].b);
+            acc[j].m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j].m), _mm256_mul_ps(b.ndmin, dy), acc[j].m);
+        }
+    }
+    // rows r's two lanes of a/b, then its min lane, always in this order
+#if SBKX8_DPBUSD
+    static constexpr int L1[4] = {0, 1, 4, 5}, L2[4] = {2, 3, 6, 7};
+#else
+    static constexpr int L1[4] = {0, 2, 4, 6}, L2[4] = {1, 3, 5, 7};
+#endif
+    SBKX8_UNROLL
+    for (int j = 0; j < N; j++) {
+        alignas(32) float a[8], bb[8], m[8];
+        _mm256_store_ps(a, acc[j].a);
+        _mm256_store_ps(bb, acc[j].b);
+        _mm256_store_ps(m, acc[j].m);
+        for (int r = 0; r < 4; r++) {
+            out[j * stride + r] = (a[L1[r]] + a[L2[r]]) + m[r];
+            out[j * stride + 4 + r] = (bb[L1[r]] + bb[L2[r]]) + m[4 + r];
+        }
+    }
+}
+
+using group_fn = void (*)(const uint8_t *, const acts &, float *, size_t);
+constexpr group_fn GROUPS[SBK_MAX_ROWS + 1] = {nullptr, group<1>, group<2>, group<3>, group<4>,
+                                               group<5>, group<6>, group<7>, group<8>};
+
+}  // namespace
+
+extern "C" int sbk_q4kx8_gemm(int64_t k, const void * w, int64_t r0, int64_t r1, const void * act,
+                              size_t act_row_bytes, int n, float * dst, size_t dst_stride) {
+    const int64_t nb = k / QK_K;
+    if (n < 1 || n > SBK_MAX_ROWS || k % QK_K != 0 || nb > MAX_BLOCKS || r0 % 8 != 0 || r1 % 8 != 0) {
+        return 0;
+    }
+    const acts a = prepare((const uint8_t *) act, act_row_bytes, n, nb);
+    for (int64_t r = r0; r < r1; r += 8) {
+        GROUPS[n]((const uint8_t *) w + (r / 8) * nb * X8_BYTES, a, dst + r, dst_stride);
+    }
+    return 1;
+}
+
+#else  // no AVX2: ggml's own kernels run
+
+extern "C" int sbk_q4kx8_gemm(int64_t, const void *, int64_t, int64_t, const void *, size_t, int, float *, size_t) {
+    return 0;
+}
+
+#endif
+
+#ifndef SBK_STANDALONE
+// ---------------------------------------------------------------- the ggml side (called from repack.cpp)
+#include "ggml.h"
+#include "ggml-cpu-impl.h"
+#include "quants.h"
+
+static bool x8_shape_qualifies(const ggml_tensor * op) {
+    const ggml_tensor * w = op->src[0];
+    const ggml_tensor * x = op->src[1];
+    return SBKX8_VARIANT > 0 && op->op == GGML_OP_MUL_MAT && w->type == GGML_TYPE_Q4_K &&
+           w->ne[0] % 256 == 0 && w->ne[0] / 256 <= 256 && w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
+           x->type == GGML_TYPE_F32 && x->ne[1] >= 1 && x->ne[1] <= SBK_MAX_ROWS && x->ne[2] == 1 &&
+           x->ne[3] == 1 && x->nb[0] == sizeof(float) && op->type == GGML_TYPE_F32 && op->nb[0] == sizeof(float);
+}
+
+extern "C" size_t ggml_sbkx8_work_size(const ggml_tensor * op) {
+    return x8_shape_qualifies(op) ? (size_t) op->src[1]->ne[1] * (op->src[0]->ne[0] / 256) * 292 : 0;
+}
+
+extern "C" int ggml_sbkx8_takes(const ggml_tensor * op) {
+    const char * env = getenv("OMNIDRAFT_SBQ4");
+    return x8_shape_qualifies(op) && !(env != NULL && strcmp(env, "0") == 0);
+}
+
+extern "C" int ggml_sbkx8_mul_mat(const ggml_compute_params * params, ggml_tensor * op) {
+    if (params->wsize < ggml_sbkx8_work_size(op)) {
+        return 0;  // planned for ggml's own path (OMNIDRAFT_SBQ4 changed in between): let it run
+    }
+    const ggml_tensor * w = op->src[0];
+    const ggml_tensor * x = op->src[1];
+    const int ith = params->ith, nth = params->nth;
+    const int64_t nb = w->ne[0] / 256;
+    const int n = (int) x->ne[1];
+    uint8_t * act = (uint8_t *) params->wdata;
+    const size_t row_bytes = (size_t) nb * 292;
+
+    // every thread quantizes its share of the blocks of every activation row (blocks are independent)
+    const int64_t b0 = nb * ith / nth, b1 = nb * (ith + 1) / nth;
+    for (int j = 0; j < n; j++) {
+        const float * row = (const float *) ((const char *) x->data + j * x->nb[1]);
+        if (b1 > b0) {
+            quantize_row_q8_K(row + b0 * 256, act + j * row_bytes + b0 * 292, (b1 - b0) * 256);
+        }
+    }
+    if (ith == 0) {
+        ggml_threadpool_chunk_set(params->threadpool, nth);
+    }
+    ggml_barrier(params->threadpool);
+
+    // groups of 8 weight rows in 4 chunks per thread, taken as threads come free; which thread
+    // computes a row never changes its value
+    const int64_t ngroups = w->ne[1] / 8;
+    const int64_t nchunks = std::min<int64_t>(ngroups, 4 * nth);
+    for (int64_t c = ith; c < nchunks; c = ggml_threadpool_chunk_add(params->threadpool, 1)) {
+        const int64_t g0 = ngroups * c / nchunks, g1 = ngroups * (c + 1) / nchunks;
+        sbk_q4kx8_gemm(w->ne[0], w->data, g0 * 8, g1 * 8, act, row_bytes, n, (float *) op->data,
+                       op->nb[1] / sizeof(float));
+    }
+    return 1;
+}
+#endif  // SBK_STANDALONE
