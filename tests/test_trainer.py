@@ -123,3 +123,22 @@ def test_lora_training_decreases_loss_and_exports(tiny_llama, tmp_path):
     plain = merged(model)
     out = export_gguf(plain, tmp_path / "trained.gguf", tiny_llama, "q8_0", threads=2)
     assert check_gguf(out, plain, "q8_0", threads=2).ok
+
+
+@pytest.mark.parametrize("device", ["cpu:0"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_train_pass_on_a_named_device(tiny_llama, device):
+    """``TrainerConfig.device`` (issue 43: the trainer's steps on a GPU host): batches follow the model there, the
+    prompt rows' index too, and the merged weights come back to the CPU for export."""
+    from omnidraft.trainer.service import TrainerConfig
+    from omnidraft.trainer.update import train_pass
+
+    torch.manual_seed(0)
+    model = load_gguf_model(tiny_llama).to(device)
+    rng = np.random.default_rng(2)
+    n_vocab = model.get_input_embeddings().weight.shape[0]
+    rows = [(i, _record(rng, n_vocab)) for i in range(2)]
+    b = batch_from_record(rows[0][1], 256).to(device)
+    assert b.input_ids.device == torch.device(device) and b.n_prompt == 12
+    done = train_pass(model, rows, [], TrainerConfig(device=device, epochs=1, precision="f32", prompt_lam=0.5), seed=1)
+    assert len(done.losses) == 2 and all(math.isfinite(x) for x in done.losses) and not done.bad
+    assert merged(done.model).to("cpu").get_input_embeddings().weight.device.type == "cpu"

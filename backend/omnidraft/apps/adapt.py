@@ -59,6 +59,7 @@ from omnidraft.spec.policy import DraftPolicy, PolicyConfig
 from omnidraft.spec.stats import GenerationStats
 from omnidraft.vocab.ngram_cache import NGramCache
 
+from .adapt_config import AdaptConfig
 from .adapt_procs import TrainerProcess, export_control
 from .adapt_report import plot as _report_plot
 from .adapt_report import summary, summary_lines
@@ -68,66 +69,6 @@ log = logging.getLogger(__name__)
 # the target `omnidraft adapt` defaults to: the 0.5B in the speed format, whose verification batches are
 # bit-identical up to 8 rows here (the Q4_K_M file allows 3, which would cap the held-out draft length at 2)
 DEFAULT_TARGET = "qwen2.5-coder-0.5b:q4_0_pure"
-
-
-@dataclass
-class AdaptConfig:
-    """Settings of ``omnidraft adapt`` (the CLI flags are generated from these fields)."""
-
-    prompts: str = field(default="", metadata={"help": "prompt file (one per line, or a JSON list) sent as chat "
-                                                          "messages; the last --n-heldout are held out (replaces "
-                                                          "--stream-set)"})
-    stream_set: str = field(default="javascript", metadata={"help": "train on this prompt set's stream split "
-                                                                    "(javascript: the language | npm-cli, undici: "
-                                                                    "one repository | nl-fr, nl-de, nl-nl: a "
-                                                                    "natural language | humaneval | ...)"})
-    eval_set: str = field(default="", metadata={"help": "evaluate on this prompt set's held-out split "
-                                                        "(default: the stream set's)"})
-    old_sets: str = field(default="stdlib-code,chat", metadata={
-        "help": "the old domains: their held-out prompts are measured before and after the stream, and their "
-                "stream prompts' records are replayed ('' = neither)"})
-    n_train: int = field(default=64, metadata={"help": "training prompts to stream (cycled if the set is shorter)"})
-    n_heldout: int = field(default=32, metadata={"help": "held-out prompts of the new domain, evaluated after "
-                                                         "updates"})
-    n_old: int = field(default=16, metadata={"help": "held-out prompts per old domain (before and after)"})
-    interval: int = field(default=8, metadata={"help": "train and swap every this many prompts"})
-    eval_every: int = field(default=16, metadata={"help": "evaluate the held-out prompts every this many prompts "
-                                                          "(and after the last)"})
-    max_tokens: int = field(default=64, metadata={"help": "tokens generated per training prompt"})
-    eval_max_tokens: int = field(default=48, metadata={"help": "tokens generated per held-out prompt"})
-    eval_k: int = field(default=4, metadata={"help": "draft length of the held-out evaluation (fixed policy, "
-                                                     "whatever --policy the stream uses)"})
-    record_topk: int = field(default=8, metadata={"help": "target top-k kept per position in records"})
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    lam: float = field(default=0.2, metadata={"help": "lambda: weight of the n-gram NLL term"})
-    lora_rank: int = field(default=0, metadata={"help": "LoRA rank; 0 = full fine-tuning of the layers"})
-    epochs: int = field(default=2, metadata={"help": "passes over each update's new records"})
-    prompt_lam: float = field(default=0.5, metadata={"help": "weight of the prompt's teacher-forced NLL"})
-    recent: int = field(default=64, metadata={"help": "records of earlier updates each update draws from (the "
-                                                      "new domain's own history; 0 = none)"})
-    recent_ratio: float = field(default=1.0, metadata={"help": "steps on those per new record in an update"})
-    n_replay: int = field(default=16, metadata={"help": "replay records per old domain (from its stream split)"})
-    replay_ratio: float = field(default=0.5, metadata={"help": "replay steps per new record in an update"})
-    qtype: str = field(default="q8_0", metadata={"help": "quantization of published drafters ('' = the base's)"})
-    baseline: bool = field(default=True, metadata={"help": "evaluate the base drafter before training (off: "
-                                                           "sweep points after one run that measured it)"})
-    control: bool = field(default=True, metadata={"help": "also evaluate the untrained drafter re-exported the "
-                                                          "same way (the control line)"})
-    out: str = field(default="adapt-out", metadata={"help": "directory for the trainer state, outbox, JSON and "
-                                                            "plot (a previous run there is replaced)"})
-
-    def new_domain(self) -> str:
-        """The name of the held-out set the curve measures."""
-        return "prompts" if self.prompts else self.eval_set or self.stream_set
-
-    def trainer_options(self, base: str, threads: int, replay: Path | None) -> list[str]:
-        """``omnidraft trainer serve`` flags for these settings."""
-        opts = {"--base": base, "--interval": self.interval, "--lam": self.lam, "--lr": self.lr,
-                "--lora-rank": self.lora_rank, "--epochs": self.epochs, "--prompt-lam": self.prompt_lam,
-                "--replay-ratio": self.replay_ratio, "--recent": self.recent, "--recent-ratio": self.recent_ratio,
-                "--qtype": self.qtype, "--threads": threads,
-                "--replay": replay or ""}
-        return [str(x) for kv in opts.items() for x in kv]
 
 
 Prompt = tuple[str, bool]  # (text, send through the chat template?)
@@ -141,6 +82,7 @@ class Items:
     heldout: list[Prompt]
     old: dict[str, list[Prompt]]  # old domain -> its held-out prompts
     replay: list[Prompt]  # the old domains' stream prompts, whose records are replayed
+    drift: list[Prompt] = field(default_factory=list)  # the held-out prompts of the set the stream drifts to
 
 
 def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
@@ -153,7 +95,19 @@ def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
         return [(pool[i % len(pool)], True) for i in range(cfg.n_train)], [(p, True) for p in heldout]
     stream = [(i.prompt, i.chat) for i in load_set(cfg.stream_set).split("stream")]
     held = [(i.prompt, i.chat) for i in load_set(cfg.eval_set or cfg.stream_set).split("heldout")]
-    return [stream[i % len(stream)] for i in range(cfg.n_train)], held[: cfg.n_heldout]
+    at = cfg.drift_point()
+    items = [stream[i % len(stream)] for i in range(at)]
+    if at < cfg.n_train:  # the drift: the rest of the stream from the other set
+        other = [(i.prompt, i.chat) for i in load_set(cfg.drift_set).split("stream")]
+        items += [other[i % len(other)] for i in range(cfg.n_train - at)]
+    return items, held[: cfg.n_heldout]
+
+
+def load_drift(cfg: AdaptConfig) -> list[Prompt]:
+    """The held-out prompts of the set the stream drifts to ([] without a drift)."""
+    if not cfg.drift_set:
+        return []
+    return [(i.prompt, i.chat) for i in load_set(cfg.drift_set).split("heldout")][: cfg.n_heldout]
 
 
 def prompt_input(gen, item: Prompt):
@@ -260,6 +214,8 @@ class Run:
     threads: int = 0
     curve: list[dict] = field(default_factory=list)
     control: dict | None = None
+    drift_curve: list[dict] = field(default_factory=list)  # the drift set's held-out, at the same points
+    drift_control: dict | None = None
     old: dict[str, dict] = field(default_factory=dict)  # old domain -> {"before": point, "after": point}
     swaps: dict[str, float] = field(default_factory=dict)  # version -> seconds its swap took
 
@@ -283,11 +239,13 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
     old, replay = load_old(cfg)
     t_start = time.perf_counter()
     session = Session(settings).warm_up()
+    if cfg.verify_batch:
+        session.max_verify_batch = cfg.verify_batch
     if session.pair is None:
         session.close()
         raise BadRequest(f"adapt trains a drafter model; method {settings.method!r} has none")
     bridge = session.pair.bridge
-    r = Run(cfg, settings, session, Items(stream, heldout, old, replay), DrafterRegistry(out / "trainer" / "registry"),
+    r = Run(cfg, settings, session, Items(stream, heldout, old, replay, load_drift(cfg)), DrafterRegistry(out / "trainer" / "registry"),
             NGramCache(bridge.draft_fp, bridge.target_fp), threads)
     trainer = None
     try:
@@ -324,6 +282,8 @@ def _before(r: Run, out: Path) -> None:
     new = cfg.new_domain()
     if cfg.baseline:
         r.curve.append(r.measure(r.items.heldout, "curve", new, 0))
+        if r.items.drift:
+            r.drift_curve.append(r.measure(r.items.drift, "drift", cfg.drift_set, 0, f"{cfg.drift_set} (drift)"))
         for name, prompts in r.items.old.items():
             r.old[name] = {"before": r.measure(prompts, "old", name, 0, f"{name} before")}
     if cfg.control:
@@ -331,6 +291,9 @@ def _before(r: Run, out: Path) -> None:
         s.load_drafter(str(path))
         r.control = {**r.measure(r.items.heldout, "control", new, 0, "control"), **meta,
                      "version": f"control ({meta['qtype']}, untrained)"}
+        if r.items.drift:
+            r.drift_control = {**r.measure(r.items.drift, "control", cfg.drift_set, 0, f"{cfg.drift_set} control"),
+                               **meta, "version": f"control ({meta['qtype']}, untrained)"}
         s.load_drafter(settings.draft)
 
 
@@ -356,11 +319,13 @@ def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
             t0 = time.perf_counter()
             if s.maybe_swap():
                 r.swaps[s.drafter_version] = round(time.perf_counter() - t0, 2)
-                if i % cfg.eval_every == 0 or i == len(r.items.stream):
-                    r.curve.append(r.measure(r.items.heldout, "curve", new, i))
-                    trainer.registry.annotate(s.drafter_version, {"heldout": r.curve[-1]})
             elif status["last_error"]:
                 print(f"update after {i} prompts not published: {status['last_error']}", flush=True)
+            if cfg.evaluates_at(i):  # the drafter in use, swapped or not
+                r.curve.append(r.measure(r.items.heldout, "curve", new, i))
+                trainer.registry.annotate(s.drafter_version, {"heldout": r.curve[-1]})
+                if r.items.drift:
+                    r.drift_curve.append(r.measure(r.items.drift, "drift", cfg.drift_set, i))
     finally:
         uploader.stop()
 
@@ -369,6 +334,8 @@ def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:
     for u in updates:
         u["swap_s"] = r.swaps.get(u.get("version"), 0.0)
     result = {"curve": r.curve, "control": r.control, "old": r.old, "updates": updates,
+              "drift": {"set": r.cfg.drift_set, "at": r.cfg.drift_point(), "curve": r.drift_curve,
+                        "control": r.drift_control} if r.cfg.drift_set else None,
               "summary": summary(r.curve, r.control, r.old, updates, round(seconds, 1)),
               "heldout": r.items.heldout, "config": r.cfg.__dict__, "settings": r.settings.__dict__,
               "seconds": round(seconds, 1)}

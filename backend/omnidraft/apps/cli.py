@@ -102,8 +102,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------- adapt
 def _cmd_adapt(args: argparse.Namespace) -> int:
     from .adapt import AdaptConfig, run
+    from .adapt_scenarios import apply
     from omnidraft.runtime.session import Settings
 
+    apply(args)  # --scenario's settings under the flags given (issue 43)
     settings = dataclass_from_args(Settings, args)
     run(dataclass_from_args(AdaptConfig, args), settings, threads=settings.threads)
     return 0
@@ -201,6 +203,7 @@ def _add_adapt(sub) -> None:
                                    "adapt.json and adapt.png.",
                        epilog="Example: omnidraft adapt   (the JavaScript scenario of issue 26: BENCHMARKS.md, Adaptation)")
     from .adapt import DEFAULT_TARGET, AdaptConfig
+    from .adapt_scenarios import defer_defaults
 
     add_dataclass_args(a, AdaptConfig)
     add_dataclass_args(a, Settings)
@@ -212,6 +215,7 @@ def _add_adapt(sub) -> None:
             act.help = f"target model: short name, NAME:QTYPE or .gguf path (default: {DEFAULT_TARGET!r})"
         if act.dest == "method":
             act.help = act.help.split(" (default")[0] + " (default: 'omnidraft')"
+    defer_defaults(a)  # a flag left out takes --scenario's value, else its default (adapt_scenarios)
 
 
 def main(argv: list[str] | None = None) -> int:

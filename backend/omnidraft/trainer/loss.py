@@ -39,7 +39,7 @@ Only the rows a term uses go through the head.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -59,6 +59,11 @@ class Batch:
     topk_probs: torch.Tensor  # [n, K]
     rest: torch.Tensor  # [n]
     n_prompt: int = 0  # input_ids[:n_prompt] is the (cut) prompt
+
+    def to(self, device) -> "Batch":
+        """The same batch with its tensors on ``device``."""
+        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)
+                                if isinstance(getattr(self, f.name), torch.Tensor)})
 
 
 def batch_from_record(rec: dict, max_len: int = 1024) -> Batch | None:
@@ -138,7 +143,7 @@ def record_loss(model, rec_or_batch, lam: float = 0.2, prompt_lam: float = 0.0, 
     if b is None:
         return None, {}
     n_p = b.n_prompt - 1 if prompt_lam > 0 and b.n_prompt >= 2 else 0  # prompt rows with a prompt token next
-    keep = torch.cat([torch.arange(n_p), b.pos]) if n_p else b.pos
+    keep = torch.cat([torch.arange(n_p, device=b.pos.device), b.pos]) if n_p else b.pos
     rows = model(input_ids=b.input_ids[None], logits_to_keep=keep).logits[0]
     loss, info = output_loss(rows[n_p:], b, lam)
     if n_p:

@@ -116,6 +116,8 @@ class TrainerConfig:
     keep: int = field(default=5, metadata={"help": "published versions kept on disk"})
     check_tokens: int = field(default=16, metadata={"help": "tokens compared torch vs llama.cpp before publishing"})
     threads: int = field(default=0, metadata={"help": "CPU threads for torch and llama.cpp (0 = all)"})
+    device: str = field(default="cpu", metadata={"help": "torch device of the training steps (cpu | cuda): the "
+                                                         "weights come back to the CPU to be exported and checked"})
     host: str = field(default="127.0.0.1", metadata={"help": "HTTP bind address (loopback only by default)"})
     port: int = field(default=8765, metadata={"help": "HTTP port (0 = any free port)"})
     token: str = field(default="", metadata={"help": "shared token clients must send (default: generated into "
@@ -250,6 +252,7 @@ class Trainer:
                 if self.model is None:
                     self._load()
                 t0 = time.perf_counter()
+                self.model.to(self.cfg.device)
                 done = self._train_pass(rows)
                 self._quarantine(done.bad)
                 bad = {seq for seq, _, _ in done.bad}
@@ -260,7 +263,7 @@ class Trainer:
                 self.model = None  # the adapter (or the fully trained weights) went non-finite: start over
                 log.error("update %d discarded (non-finite weights); training again on %d records from %s",
                           self.updates + 1, len(rows), self.model_version or "base")
-            self.model = merged(done.model)
+            self.model = merged(done.model).to("cpu")  # exported and checked from the CPU
             train_s = time.perf_counter() - t0
             if not done.losses:
                 # nothing learned: publishing would be an identical drafter under a new name

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Issue 43: long `omnidraft adapt` streams on the lent GPU machine, with the product's own loop and records
+# (server side generation -> records -> outbox -> `omnidraft trainer serve` -> GGUF export -> check -> hot swap).
+# Generation runs fully offloaded on a CUDA build of llama-cpp-python (made there from the trimmed sources), the
+# trainer's steps on the GPU (`--trainer-device cuda`); export, check and swap on the CPU as here.
+#
+#   here:  scripts/device/adapt_device.sh prepare    .devadapt/ (trimmed llama-cpp-python sources, wheels, the
+#                                                    scenarios' prompt sets as snapshots: adapt_sets.py) and
+#                                                    .devxfer/adapt/ (the 0.5B q4_0_pure + SmolLM2-135M, in parts)
+#          scripts/device/device_tree.sh light       the bundled drafter out of the index while parts travel
+#   there: run(command="bash scripts/device/adapt_device.sh start", carry=[".devadapt", ".devxfer/adapt/manifest",
+#              ".devxfer/adapt/part000"])            the CUDA build starts detached; part 0 kept
+#          run(command="bash scripts/device/device_xfer.sh recv adapt", carry=[".devxfer/adapt/partNNN"])  each part
+#          run(command="bash scripts/device/adapt_device.sh go RUN...")   waits for the build, joins the models,
+#                                                    starts the streams detached (RUN: code | code-dm | chat)
+#          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
+#                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
+#   here:  scripts/device/device_tree.sh restore     (before any commit)
+#
+# Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
+# the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+VERSION=0.3.36
+W=${ADAPT_WORK:-/tmp/ad}
+OUT="${OUT:-/tmp/device-out}"
+TARGET_FILE=qwen2.5-coder-0.5b-instruct-q4_0_pure.gguf DRAFT_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+say() { echo "[adapt] $(date -u +%H:%M:%S) $*"; }
+
+prepare() {  # here
+  local py=.venv/bin/python carry=.devadapt cache tmp exclude
+  exclude="$(git rev-parse --git-common-dir)/info/exclude"
+  for d in /.devadapt/ /.devxfer/; do grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
+  mkdir -p "$carry/whl" "$carry/sets"
+  if [ ! -f "$carry/llama_cpp_python-$VERSION-trimmed.tar.gz" ]; then  # as device_costmodel.sh trims them
+    tmp=$(mktemp -d)
+    "$py" -m pip download -q --no-deps --no-binary :all: -d "$tmp" "llama-cpp-python==$VERSION"
+    tar xzf "$tmp/llama_cpp_python-$VERSION.tar.gz" -C "$tmp"
+    ( cd "$tmp/llama_cpp_python-$VERSION" && rm -rf .git .github docs examples tests docker scripts mkdocs.yml
+      cd vendor/llama.cpp
+      rm -rf .git .github .gemini .pi models docs tests benches examples tools scripts conversion pocs app gguf-py \
+             grammars prompts media .devops ci skills requirements licenses ./*.py
+      cd ggml/src
+      rm -rf ggml-sycl ggml-vulkan ggml-opencl ggml-hexagon ggml-et ggml-metal ggml-webgpu ggml-openvino \
+             ggml-cann ggml-virtgpu ggml-musa ggml-hip ggml-zdnn ggml-rpc ggml-blas ggml-zendnn )
+    tar czf "$carry/llama_cpp_python-$VERSION-trimmed.tar.gz" -C "$tmp" "llama_cpp_python-$VERSION"
+    rm -rf "$tmp"
+  fi
+  # what the product needs beyond the image's Python there (3.12 with torch and transformers)
+  "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    -d "$carry/whl" gguf==0.19.0 diskcache==5.6.3 flask==3.1.3 werkzeug==3.1.9 waitress==3.0.2 \
+    itsdangerous==2.2.0 click==8.5.1 blinker==1.9.0 jinja2==3.1.6 markupsafe==3.0.4
+  "$py" scripts/device/adapt_sets.py "$carry/sets"
+  cache=$(PYTHONPATH=backend "$py" -c 'from omnidraft.assets import models; print(models.cache_dir())')
+  bash scripts/device/device_xfer.sh pack adapt "$cache/models/derived/$TARGET_FILE" "$cache/models/$DRAFT_FILE"
+  du -sh "$carry" .devxfer/adapt
+}
+
+site() {  # the carried wheels and the CUDA build on the path; the models where `go` joined them
+  export PYTHONPATH="$W/llama-gpu:$W/site:$ROOT/backend:$ROOT" PYTHONUNBUFFERED=1 OMNIDRAFT_CACHE="$W/cache"
+  mkdir -p "$OMNIDRAFT_CACHE"
+}
+
+start() {  # there, first call: the wheels, then the CUDA build detached (about 3-5 minutes on 16 cores)
+  mkdir -p "$W/carry" "$W/site"
+  cp -r .devadapt/. "$W/carry/"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
+    "$W"/carry/whl/*.whl
+  bash scripts/device/device_xfer.sh recv adapt
+  say "$(nproc) cores; $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null)"
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__)'
+  E2E_WORK="$W" setsid nohup bash scripts/device/device_e2e.sh build-one gpu > "$W/build.log" 2>&1 < /dev/null &
+  say "CUDA build started (log $W/build.log)"
+}
+
+run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snapshots, the device's settings)
+  local s="$W/carry/sets" m="$W/m"
+  local common="--target $m/$TARGET_FILE --draft $m/$DRAFT_FILE --gpu-layers -1 --trainer-device cuda
+    --verify-batch ${VERIFY:-5} --interval ${INTERVAL:-32} --threads ${THREADS:-4} ${N_TRAIN:+--n-train $N_TRAIN}"
+  case $1 in
+    code) echo "--scenario unseen-code --stream-set $s/stdlib-code.json --eval-set $s/humaneval.json $common" ;;
+    code-dm) echo "--scenario unseen-code --lam 0 --stream-set $s/stdlib-code.json --eval-set $s/humaneval.json $common" ;;
+    chat) echo "--scenario unseen-chat --stream-set $s/chat-long.json --eval-set $s/chat-long.json $common" ;;
+    *) echo "unknown run $1" >&2; return 2 ;;
+  esac
+}
+
+go() {  # there: the build done, the models joined, each run started detached from a private copy of the code
+  local end=$((SECONDS + 420))
+  until grep -q "gpu build:" "$W/builds.txt" 2>/dev/null || [ $SECONDS -ge $end ]; do sleep 5; done
+  tail -n 3 "$W/build.log"; cat "$W/builds.txt" 2>/dev/null || { say "no CUDA build"; return 1; }
+  [ -f "$W/m/$TARGET_FILE" ] || bash scripts/device/device_xfer.sh join adapt "$W/m"
+  rm -rf "$W/code" && mkdir -p "$W/code" && cp -r backend gguf_tools scripts models "$W/code/"
+  site
+  ( cd "$W/code" && python3 -c 'import omnidraft, llama_cpp; print("llama_cpp", llama_cpp.__file__)' )
+  for name in "$@"; do
+    local flags
+    flags=$(run_flags "$name")
+    ( cd "$W/code" && PYTHONPATH="$W/llama-gpu:$W/site:$W/code/backend:$W/code" setsid nohup python3 -X faulthandler \
+        -m omnidraft.apps.cli adapt $flags ${EXTRA:-} --out "$W/run-$name" > "$W/run-$name.log" 2>&1 < /dev/null &
+      echo $! > "$W/run-$name.pid" )
+    say "started $name: adapt $flags"
+  done
+}
+
+wait_runs() {  # there: until every run has ended or SECONDS passed; what each has so far into $OUT
+  local end=$((SECONDS + ${1:-500})) alive
+  while :; do
+    alive=0
+    for p in "$W"/run-*.pid; do kill -0 "$(cat "$p")" 2>/dev/null && alive=$((alive + 1)); done
+    [ $alive = 0 ] || [ $SECONDS -ge $end ] && break
+    sleep 10
+  done
+  say "$alive run(s) still going"
+  for log in "$W"/run-*.log; do
+    local name=${log##*/run-} d
+    name=${name%.log} d="$W/run-$name"
+    grep -E "^(held-out|old domain|after|prompt +[0-9]*0 |slowest|update)" "$log" | tail -n 12 || true
+    tar czf "$OUT/$name.tgz" -C "$W" "run-$name.log" $(cd "$W" && ls -d "run-$name"/adapt.json "run-$name"/adapt.png \
+      "run-$name"/trainer.log "run-$name"/trainer/registry/*.json 2>/dev/null) 2>/dev/null || true
+  done
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null || true
+  uptime
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  start) start ;;
+  go) shift; go "$@" ;;
+  wait) wait_runs "${2:-500}" ;;
+  *) sed -n '2,/^set /p' "$0" | grep '^#' >&2; exit 2 ;;
+esac
