@@ -88,3 +88,20 @@ def test_session_picks_a_mode_and_caches_its_fidelity(default_session):
                                     batch_invariant=(mode == "exact"))
         fid = invariance.lookup(s.target.path, cfg, mode, cache)
         assert fid is not None and fid.positions > 0 and fid.t(1) > 0
+
+
+def test_fidelity_cache_key_follows_the_build_and_the_kernel_switch(tmp_path, monkeypatch):
+    """A rebuilt llama.cpp (new kernels) or OMNIDRAFT_SBQ4=0 computes differently: a fidelity measured
+    under one must not be read under the other (a stale "fast mode flips" entry kept Q4_K_M exact)."""
+    from omnidraft.llama.engine import EngineConfig
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    cfg = EngineConfig(n_threads=2)
+    monkeypatch.delenv("OMNIDRAFT_SBQ4", raising=False)
+    on = invariance._key(gguf, cfg, "fast")
+    monkeypatch.setenv("OMNIDRAFT_SBQ4", "0")
+    assert invariance._key(gguf, cfg, "fast") != on
+    monkeypatch.delenv("OMNIDRAFT_SBQ4")
+    monkeypatch.setattr(invariance.llama_build, "build_id", lambda: "another build")
+    assert invariance._key(gguf, cfg, "fast") != on

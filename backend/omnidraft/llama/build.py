@@ -129,6 +129,17 @@ def _cpu_lib():
     return ctypes.CDLL(sorted(libs)[0]) if libs else None
 
 
+def build_id() -> str:
+    """The installed llama.cpp build as measurement caches key it: the version, the CPU library's size and
+    time (a rebuild with new kernels changes what a mode computes and how fast), and OMNIDRAFT_SBQ4."""
+    import llama_cpp
+
+    libs = sorted(glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so*")))
+    st = os.stat(os.path.realpath(libs[0])) if libs else None
+    lib = f"{st.st_size}:{st.st_mtime_ns}" if st else "no-cpu-lib"
+    return f"{llama_cpp.__version__}:{lib}:sbq4-{'off' if _sbq4_off() else 'on'}"
+
+
 def has_frhead() -> bool:
     """Whether the installed libllama loads drafters with a frequency-ranked head (``frhead.patch``)."""
     try:

@@ -16,6 +16,7 @@ from statistics import median
 
 from omnidraft import statefile
 
+from . import build as llama_build
 from .engine import Engine
 
 _PROBE = "def add(a, b):\n    return a + b\n\nclass Point:\n    def __init__(self, x, y):\n"
@@ -184,8 +185,6 @@ def cache_key(target: Engine, draft: Engine | None, max_batch: int) -> str:
     """What a cost model depends on: the machine, the build, both model files, kernel modes, threads."""
     import platform
 
-    import llama_cpp
-
     def one(e: Engine | None) -> str:
         if e is None:
             return "-"
@@ -195,7 +194,7 @@ def cache_key(target: Engine, draft: Engine | None, max_batch: int) -> str:
         threads = threads if e.live_threads == threads[0] else (e.live_threads, e.live_threads)
         return f"{e.path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{e.mode}:{threads}{gpu}"
 
-    return "|".join((platform.node(), platform.machine(), str(os.cpu_count()), llama_cpp.__version__,
+    return "|".join((platform.node(), platform.machine(), str(os.cpu_count()), llama_build.build_id(),
                      one(target), one(draft), str(max_batch), KEY_VERSION))
 
 

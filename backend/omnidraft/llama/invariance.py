@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-import llama_cpp
-
+from . import build as llama_build
 from .engine import AUTO, Engine, EngineConfig, KernelMode
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ class VerifyPlan:
 def _key(path: Path, cfg, mode: str) -> str:
     st = path.stat()
     return "|".join(str(x) for x in (VERSION, path.resolve(), st.st_size, st.st_mtime_ns, cfg.threads(),
-                                     mode, cfg.flash_attn, cfg.n_gpu_layers, llama_cpp.__version__))
+                                     mode, cfg.flash_attn, cfg.n_gpu_layers, llama_build.build_id()))
 
 
 def _read(cache_file: Path | None) -> dict:
