@@ -68,7 +68,7 @@ start() {  # there, first call: the wheels, then the CUDA build detached (about 
   cp -r .devadapt/. "$W/carry/"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
     "$W"/carry/whl/*.whl
-  bash scripts/device/device_xfer.sh recv adapt
+  bash scripts/device/device_xfer.sh recv adapt || true  # no part yet: grep -c counts 0 and fails
   say "$(nproc) cores; $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null)"
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__)'
   E2E_WORK="$W" setsid nohup bash scripts/device/device_e2e.sh build-one gpu > "$W/build.log" 2>&1 < /dev/null &
@@ -95,6 +95,9 @@ go() {  # there: the build done, the models joined, each run started detached fr
   rm -rf "$W/code" && mkdir -p "$W/code" && cp -r backend gguf_tools scripts models "$W/code/"
   site
   ( cd "$W/code" && python3 -c 'import omnidraft, llama_cpp; print("llama_cpp", llama_cpp.__file__)' )
+  # the trainer's export + check aborted with the CUDA build beside torch (free(): invalid pointer, 2026-11-28):
+  # its children import the CPU build (device_e2e.sh's `upstream`) first where there is one
+  [ -f "$W/llama-upstream/llama_cpp/__init__.py" ] && export OMNIDRAFT_TRAINER_PATH="$W/llama-upstream"
   for name in "$@"; do
     local flags
     flags=$(run_flags "$name")

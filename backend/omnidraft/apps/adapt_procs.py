@@ -21,9 +21,15 @@ def trainer_cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "omnidraft.apps.cli", *args]
 
 
+# where the trainer's children import first (a host whose CUDA build of llama.cpp aborts beside torch in the
+# trainer's export: its CPU build there; scripts/device/adapt_device.sh)
+TRAINER_PATH_ENV = "OMNIDRAFT_TRAINER_PATH"
+
+
 def child_env() -> dict:
     root = str(Path(__file__).resolve().parents[2])  # the directory holding this package (apps/ -> omnidraft/ -> it)
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    first = os.environ.get(TRAINER_PATH_ENV, "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (first, root, os.environ.get("PYTHONPATH")) if p)}
 
 
 def export_control(base: str, qtype: str, out_dir: Path, threads: int = 0) -> tuple[Path, dict]:

@@ -1,0 +1,99 @@
+"""Issue 43's curves from what `scripts/device/adapt_device.sh wait` brought back (one folder per run, holding
+``run-NAME.log``, ``run-NAME/trainer.log`` and ``run-NAME/trainer/registry/heldout.json``): a JSON per run (the
+held-out points and the control, each update's time, the gains against the control, the slope at the end) and one
+plot per scenario (curve(s) and control), into results/issue43/.  The runs need not have finished: heldout.json
+holds every evaluation made so far.
+
+    python scripts/lab/issue43_report.py DIR [OUT_DIR]     DIR holds code/, code-dm/, chat/ (the unpacked .tgz)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+UPDATE = re.compile(r"update (\d+) published as (v\d+): loss ([\d.]+) -> ([\d.]+), (\d+) steps in ([\d.]+) s, "
+                    r"export\+check ([\d.]+) s")
+RUNS = {  # name -> (scenario, loss, label)
+    "code": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "L_DM + 0.2 L_N-gram"),
+    "code-dm": ("unseen-code", "L_DM alone (--lam 0; + 0.5 prompt NLL)", "L_DM alone (--lam 0)"),
+    "chat": ("unseen-chat", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "L_DM + 0.2 L_N-gram"),
+}
+WHERE = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully offloaded (CUDA build of "
+         "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; the three "
+         "runs at once on the one GPU (2026-11-28)")
+
+
+def load_run(folder: Path, name: str) -> dict:
+    points = json.loads((folder / f"run-{name}" / "trainer" / "registry" / "heldout.json").read_text())
+    curve = [p for p in points if p["kind"] == "curve"]
+    control = next(p for p in points if p["kind"] == "control")
+    updates = [dict(zip(("update", "version", "loss_before", "loss_after", "steps", "train_s", "export_check_s"),
+                        (int(m[1]), m[2], float(m[3]), float(m[4]), int(m[5]), float(m[6]), float(m[7]))))
+               for m in UPDATE.finditer((folder / f"run-{name}" / "trainer.log").read_text())]
+    log = (folder / f"run-{name}.log").read_text()
+    seen = max((int(m) for m in re.findall(r"^prompt +(\d+) ", log, re.M)), default=0)
+    scenario, loss, _ = RUNS[name]
+    gains = [{"prompts": p["prompts"], "version": p["version"],
+              "acceptance_points": round(100 * (p["acceptance"] - control["acceptance"]), 2),
+              "tau_gain_pct": round(100 * (p["tau"] / control["tau"] - 1), 2)} for p in curve]
+    a, b = curve[-2], curve[-1]
+    slope = {"from": a["prompts"], "to": b["prompts"],
+             "acceptance_points_per_100": round(100 * 100 * (b["acceptance"] - a["acceptance"]) /
+                                                (b["prompts"] - a["prompts"]), 2),
+             "tau_per_100": round(100 * (b["tau"] - a["tau"]) / (b["prompts"] - a["prompts"]), 4)}
+    return {"run": name, "scenario": scenario, "loss": loss, "where": WHERE, "stream_prompts_seen": seen,
+            "finished": "wrote" in log and "adapt.json" in log, "curve": curve, "control": control,
+            "gains": gains, "slope_at_end": slope, "updates": updates,
+            "goal": {"tau_gain_pct": 25.0, "speedup": 1.2}}
+
+
+def plot(runs: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    for r, color in zip(runs, ("tab:blue", "tab:green")):
+        x = [p["prompts"] for p in r["curve"]]
+        label = RUNS[r["run"]][2]
+        ax1.plot(x, [100 * p["acceptance"] for p in r["curve"]], "o-", color=color, label=label)
+        ax2.plot(x, [p["tau"] for p in r["curve"]], "s-", color=color, label=label)
+    c = runs[0]["control"]
+    ax1.axhline(100 * c["acceptance"], ls="--", color="grey", label="control: untrained, q8_0")
+    ax2.axhline(c["tau"], ls="--", color="grey", label="control: untrained, q8_0")
+    ax2.axhline(1.25 * c["tau"], ls=":", color="red", label="goal: control + 25 %")
+    for ax, ylabel in ((ax1, "held-out acceptance (%)"), (ax2, "tokens per target pass (tau)")):
+        ax.set_xlabel("stream requests seen")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> None:
+    src = Path(argv[0])
+    out = Path(argv[1]) if len(argv) > 1 else Path("results/issue43")
+    out.mkdir(parents=True, exist_ok=True)
+    runs = {n: load_run(src / n, n) for n in RUNS if (src / n).is_dir()}
+    for name, r in runs.items():
+        (out / f"unseen-{name}-h200.json").write_text(json.dumps(r, indent=1))
+        g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %"
+                      for x in r["gains"])
+        print(f"{name}: {r['stream_prompts_seen']} requests streamed; vs control {g}; slope {r['slope_at_end']}")
+    pair = "\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; 1 H200; held-out k = 4 (5-row passes)"
+    if "code" in runs:
+        plot([runs[n] for n in ("code", "code-dm") if n in runs], out / "unseen-code-h200.png",
+             f"unseen-code: stdlib stream, 32 HumanEval prompts held out{pair}")
+    if "chat" in runs:
+        plot([runs["chat"]], out / "unseen-chat-h200.png", f"unseen-chat: ShareGPT stream, 32 held out{pair}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
