@@ -45,7 +45,7 @@ def build(tier: str, out_dir: Path) -> ctypes.CDLL:
     if cxx is None:
         raise RuntimeError("no C++ compiler on PATH")
     lib = out_dir / f"sbk_{tier}.so"
-    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-DSBK_STANDALONE", *TIERS[tier][0],
+    subprocess.run([cxx, "-O3", "-std=c++17", "-shared", "-fPIC", "-DSBK_STANDALONE", *TIERS[tier][0],
                     *map(str, SOURCES), "-o", str(lib)], check=True, capture_output=True)
     dll = ctypes.CDLL(str(lib))
     dll.sbk_gemm.restype = ctypes.c_int
