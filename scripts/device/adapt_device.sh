@@ -15,7 +15,14 @@
 #                                                    starts the streams detached (RUN: code | code-dm | chat)
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
-#   here:  scripts/device/device_tree.sh restore     (before any commit)
+#   here:  scripts/device/device_tree.sh restore     (right after the last part: before any commit)
+#          python scripts/lab/issue43_report.py DIR  the curves (DIR: one folder per run, the .tgz unpacked)
+#
+# Measured 2026-11-28 (BENCHMARKS "A drafter that never saw the target"): start + 10 parts 97 s of device time,
+# the CUDA build 189 s, the CPU build 42 s; three streams at once advance about 1.8 s a request each (updates of
+# 32 records 31-38 s on the shared GPU), so 1,000 requests take about 31 minutes: more than a session's device
+# time.  A call that overruns its limit ends the detached runs with it (setsid did not save them): give every
+# `wait` a SECONDS well inside the call's timeout_s, and fetch before the budget ends.
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
@@ -63,7 +70,7 @@ site() {  # the carried wheels and the CUDA build on the path; the models where 
   mkdir -p "$OMNIDRAFT_CACHE"
 }
 
-start() {  # there, first call: the wheels, then the CUDA build detached (about 3-5 minutes on 16 cores)
+start() {  # there, first call: the wheels, then both builds detached (CUDA ~190 s; CPU ~40 s, for the trainer)
   mkdir -p "$W/carry" "$W/site"
   cp -r .devadapt/. "$W/carry/"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
@@ -72,7 +79,9 @@ start() {  # there, first call: the wheels, then the CUDA build detached (about 
   say "$(nproc) cores; $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null)"
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__)'
   E2E_WORK="$W" setsid nohup bash scripts/device/device_e2e.sh build-one gpu > "$W/build.log" 2>&1 < /dev/null &
-  say "CUDA build started (log $W/build.log)"
+  E2E_WORK="$W" setsid nohup bash scripts/device/device_e2e.sh build-one upstream > "$W/build-cpu.log" 2>&1 \
+    < /dev/null &
+  say "CUDA and CPU builds started (logs $W/build.log, $W/build-cpu.log)"
 }
 
 run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snapshots, the device's settings)
@@ -89,7 +98,8 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
 
 go() {  # there: the build done, the models joined, each run started detached from a private copy of the code
   local end=$((SECONDS + 420))
-  until grep -q "gpu build:" "$W/builds.txt" 2>/dev/null || [ $SECONDS -ge $end ]; do sleep 5; done
+  until { grep -q "gpu build:" "$W/builds.txt" && grep -q "upstream build:" "$W/builds.txt"; } 2>/dev/null ||
+    [ $SECONDS -ge $end ]; do sleep 5; done
   tail -n 3 "$W/build.log"; cat "$W/builds.txt" 2>/dev/null || { say "no CUDA build"; return 1; }
   [ -f "$W/m/$TARGET_FILE" ] || bash scripts/device/device_xfer.sh join adapt "$W/m"
   rm -rf "$W/code" && mkdir -p "$W/code" && cp -r backend gguf_tools scripts models "$W/code/"

@@ -33,7 +33,9 @@ The held-out evaluation measures the drafter, nothing else:
 
 Every measurement also goes into the registry's ``heldout.json``: a server swapping from that registry
 (``omnidraft serve --registry <out>/trainer/registry``) shows the held-out curve in the app's Learning tab as
-it grows.  Defaults are the settings measured best on a 2-core machine (BENCHMARKS.md, Adaptation).
+it grows.  Defaults are the settings measured best on a 2-core machine (BENCHMARKS.md, Adaptation).  The settings
+are ``adapt_config.AdaptConfig``; ``--scenario NAME`` (issue 43: a drafter that never saw the target, long streams,
+a drift) names sets of them (``adapt_scenarios``); ``--checkpoints`` says after which stream prompts to measure.
 """
 
 from __future__ import annotations
