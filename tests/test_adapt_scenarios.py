@@ -12,6 +12,7 @@ from omnidraft.apps.adapt_config import AdaptConfig
 from omnidraft.apps.cli import build_parser
 from omnidraft.assets import models
 from omnidraft.cliutil import dataclass_from_args
+from omnidraft.errors import BadRequest
 from omnidraft.runtime.session import Settings
 
 
@@ -77,3 +78,5 @@ def test_drift_switches_the_stream_at_its_point(monkeypatch):
     assert held == [("a heldout 0", False), ("a heldout 1", False)]
     assert AdaptConfig(n_train=8).drift_point() == 8  # no drift
     assert AdaptConfig(drift_set="b", drift_at=6, n_train=8).drift_point() == 6
+    with pytest.raises(BadRequest, match="--prompts"):
+        load_items(AdaptConfig(prompts="p.txt", drift_set="b"))

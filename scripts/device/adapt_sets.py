@@ -28,7 +28,8 @@ def chat_long(seed: int = 0) -> PromptSet:
     from omnidraft.assets.corpora import first_user_turns
 
     base = load_set("chat", seed)
-    stream = [Item(f"chat-long:{cid}", text, True, "stream") for cid, text in first_user_turns(seed, LONG_CHAT, "stream")]
+    turns = first_user_turns(seed, LONG_CHAT, "stream")
+    stream = [Item(f"chat-long:{cid}", text, True, "stream") for cid, text in turns]
     return PromptSet("chat-long", base.version, base.source + f" ({LONG_CHAT} stream prompts)", base.licence,
                      stream + base.split("heldout"))
 

@@ -90,6 +90,8 @@ class Items:
 def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
     """(training stream, held-out) prompts, from --prompts (chat messages) or from a prompt set."""
     if cfg.prompts:
+        if cfg.drift_set:
+            raise BadRequest("--drift-set drifts from one prompt set to another: give --stream-set, not --prompts")
         prompts = load_prompts(cfg.prompts)
         if len(prompts) <= cfg.n_heldout:
             raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
@@ -247,8 +249,8 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
         session.close()
         raise BadRequest(f"adapt trains a drafter model; method {settings.method!r} has none")
     bridge = session.pair.bridge
-    r = Run(cfg, settings, session, Items(stream, heldout, old, replay, load_drift(cfg)), DrafterRegistry(out / "trainer" / "registry"),
-            NGramCache(bridge.draft_fp, bridge.target_fp), threads)
+    r = Run(cfg, settings, session, Items(stream, heldout, old, replay, load_drift(cfg)),
+            DrafterRegistry(out / "trainer" / "registry"), NGramCache(bridge.draft_fp, bridge.target_fp), threads)
     trainer = None
     try:
         replay_path = _replay_file(r, out)
@@ -353,7 +355,7 @@ def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:
 
 def _show(pt: dict, label: str = "") -> None:
     head = label or f"after {pt['prompts']:3d} prompts [{pt['version']}]"
-    prefix = "held-out" if pt.get("kind", "curve") in ("curve", "control") else "old domain"
+    prefix = "held-out" if pt.get("kind", "curve") in ("curve", "control", "drift") else "old domain"
     tau = f"tau {pt['tau']:.3f}" if pt["measured"] else "tau (not measured)"
     k = f"k = {pt['k']}" + (f" (asked {pt['k_asked']}: the target verifies at most {pt['k'] + 1} tokens a pass)"
                             if pt["k"] != pt["k_asked"] else "")
