@@ -3,6 +3,7 @@ the continuation, asks the model elsewhere, and its output is still the target a
 
 from omnidraft.spec.drafters import LookupFirstDrafter, PromptLookupDrafter
 from omnidraft.spec.generator import GenerationParams
+from omnidraft.spec.step import Verdict
 from tests.reference import reference_target_tokens
 
 # a prompt whose answer repeats its own text: lookup has something to propose, and the model the rest
@@ -39,12 +40,12 @@ class _Model:
         pass
 
     def draft(self, k, stop):
-        from omnidraft.spec.drafters import Draft
+        from omnidraft.spec.step import Draft
         self.calls += 1
         return Draft()
 
-    def accept(self, n, ids, text):
-        self.accepted.extend(ids)
+    def accept(self, verdict):
+        self.accepted.extend(verdict.tokens)
 
     def stats(self):
         return {"name": self.name, "drafts": self.calls}
@@ -58,7 +59,7 @@ def test_lookup_hit_skips_the_model_and_both_see_every_token():
     h.begin(PromptInput([1, 2, 3, 4, 1, 2], b""))
     d = h.draft(3, None)
     assert d.candidates.ids == [3, 4, 1] and model.calls == 0  # "1 2" seen before: free draft
-    h.accept(3, [3, 4, 1, 9], b"")
+    h.accept(Verdict.chain(d.candidates.ids, 3, 9))
     h.draft(3, None)  # "1 9" never seen: the model is asked
     assert model.calls == 1 and model.accepted == [3, 4, 1, 9]
     assert isinstance(h.lookup, PromptLookupDrafter)

@@ -7,12 +7,20 @@ import pytest
 from omnidraft.bench.runner import Tally
 from omnidraft.server.metrics import Metrics
 from omnidraft.spec.generator import Final
-from omnidraft.spec.stats import GenerationStats, StepRecord
+from omnidraft.spec.stats import GenerationStats
+from omnidraft.spec.step import Draft, PhaseClock, StepRecord, Verdict
+from omnidraft.vocab.translator import NGRAM, Candidates
 
 
 def _step(proposed: int, accepted: int, drafted: int, redecoded: bool = False) -> StepRecord:
-    return StepRecord(proposed, accepted, drafted, proposed, min(accepted, 1), [7] * (accepted + 1), 0.01, 0.002,
-                      0.03, 0.05, redecoded=redecoded)
+    """A step built as the generator builds it: from its Draft and Verdict, and its phases' seconds."""
+    cands = Candidates()
+    for i in range(proposed):  # candidates from the n-gram cache
+        cands.add(7, NGRAM, (i, i + 1), 1.0)
+    draft = Draft(cands, drafted=drafted, draft_s=0.01, translate_s=0.002)
+    clock = PhaseClock()
+    clock.s, clock.total = {"target": 0.02, "verify": 0.01}, 0.05
+    return StepRecord.of(draft, Verdict.chain(cands.ids, accepted, 7, redecoded=redecoded), clock)
 
 
 def _answers() -> list[Final]:
@@ -30,7 +38,7 @@ def _answers() -> list[Final]:
 
 def test_steps_are_counted_into_the_answer():
     a = _answers()[0].stats
-    assert (a.target_passes, a.proposed, a.accepted, a.ngram_proposed, a.ngram_accepted) == (3, 8, 5, 8, 2)
+    assert (a.target_passes, a.proposed, a.accepted, a.ngram_proposed, a.ngram_accepted) == (3, 8, 5, 8, 5)
     assert a.draft_lengths == [3, 3, 2] and a.guard_redecodes == 1
     assert a.draft_s == pytest.approx(0.03) and a.translate_s == pytest.approx(0.006)
     assert a.tau == (7 + 1) / 3 and a.acceptance_rate == 5 / 8

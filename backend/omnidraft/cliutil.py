@@ -30,6 +30,9 @@ TRAINER_TOKEN_ENV = "OMNIDRAFT_TRAINER_TOKEN"
 MIN_NETWORK_SECRET = 16
 
 
+# The one bound on a sampling temperature (OpenAI's), wherever one is given: the generator's parameters
+# (spec.generator.GenerationParams.check), the server's requests and every command's flags (below)
+TEMPERATURE: Range = (0.0, 2.0)
 _BIG = 10 ** 9  # counts with no natural ceiling: large enough for any real run, small enough to refuse typos
 _THREADS, _SEED = (0, 1024), (0, 2 ** 64 - 1)
 _SHARE = (0.0, 1.0)
@@ -45,7 +48,7 @@ FLAG_RANGES: dict[str, Range] = {
     "k": (1, 32), "p_min": _SHARE, "n_ctx": (64, 1 << 20), "draft_n_ctx": (64, 1 << 20),
     "threads": _THREADS, "draft_threads": _THREADS, "gpu_layers": (-1, 100_000), "ngram_budget_kb": (0, 1 << 24),
     # sampling (generate)
-    "max_tokens": (1, 1 << 20), "temp": (0.0, 100.0), "temperature": (0.0, 100.0), "top_p": _SHARE,
+    "max_tokens": (1, 1 << 20), "temp": TEMPERATURE, "temperature": TEMPERATURE, "top_p": _SHARE,
     "top_k": (0, 1 << 20), "seed": _SEED, "budget": (1, 1 << 34),  # distill head-rank: characters a source
     # the trainer (trainer serve, adapt, distill train)
     "port": (0, 65535), "interval": (1, _BIG), "lam": (0.0, 100.0), "prompt_lam": (0.0, 100.0), "lr": _LR,

@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
 from omnidraft.apps.adapt import DEFAULT_TARGET, AdaptConfig, load_items, load_old, prompt_input  # noqa: E402
 from omnidraft.assets import models  # noqa: E402
-from omnidraft.spec.drafters import DraftCounters, Draft, prompt_lookup  # noqa: E402
+from omnidraft.spec.drafters import DraftCounters, prompt_lookup  # noqa: E402
+from omnidraft.spec.step import Draft, Verdict  # noqa: E402
 from omnidraft.spec.generator import GenerationParams  # noqa: E402
 from omnidraft.spec.policy import DraftPolicy, PolicyConfig  # noqa: E402
 from omnidraft.spec.stats import GenerationStats  # noqa: E402
@@ -254,10 +255,10 @@ class LabDrafter:
         self.by[src]["proposed"] += len(d.candidates)
         return d
 
-    def accept(self, n_accepted: int, new_target_ids, new_bytes: bytes) -> None:
-        self.by[self.last]["accepted"] += n_accepted
-        self.tokens.extend(new_target_ids)
-        self.model.accept(n_accepted, new_target_ids, new_bytes)
+    def accept(self, verdict: Verdict) -> None:
+        self.by[self.last]["accepted"] += verdict.accepted
+        self.tokens.extend(verdict.tokens)
+        self.model.accept(verdict)
 
     def stats(self) -> dict:
         return self.model.stats()

@@ -26,6 +26,7 @@ from . import loadcheck, log as llama_log
 from gguf_tools import frhead
 from gguf_tools.header import check_header
 from omnidraft.errors import ContextOverflow, EngineError, InvalidModelFile, from_gguf_tools
+from omnidraft.seq import common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +286,23 @@ class Engine:
     def reset(self) -> None:
         llama_cpp.llama_memory_clear(self._mem, True)
         self.tokens.clear()
+
+    def reuse_prefix(self, ids: Sequence[int]) -> int:
+        """Keep the KV of the longest common prefix of the cache and ``ids``, short of ``ids``' last token
+        (whoever wants its logits decodes it); drop the rest.  Returns how many tokens were kept."""
+        keep = min(common_prefix(self.tokens, ids), len(ids) - 1)
+        self.rollback(keep)
+        return keep
+
+    def prefill(self, ids: Sequence[int], reuse: bool = True) -> int:
+        """Put all of ``ids`` but the last in the KV cache; return how many were kept from before
+        (``reuse_prefix``).  Nothing kept (or ``reuse`` off): a fresh context, computed as on a cold start."""
+        keep = self.reuse_prefix(ids) if reuse else 0
+        if not keep:
+            self.reset()
+        if len(ids) - 1 > keep:
+            self.decode(ids[keep:-1], "none")
+        return keep
 
     def decode(self, ids: Sequence[int], logits_for: Sequence[int] | str = "last") -> np.ndarray:
         """Append ``ids`` to the KV cache; return logits rows for the chosen indices of ``ids``.

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..cliutil import TEMPERATURE
 from ..errors import OmniDraftError
 from omnidraft.spec.generator import GenerationParams
 from omnidraft.spec.methods import METHODS
@@ -236,7 +237,7 @@ def parse_request(body, kind: str, n_ctx: int, model_ids: tuple[str, ...]) -> Re
                          integer=True)
     params = GenerationParams(
         max_tokens=max_tokens,
-        temperature=float(_number(body, "temperature", 1.0, 0.0, 2.0)),
+        temperature=float(_number(body, "temperature", 1.0, *TEMPERATURE)),
         top_p=float(_number(body, "top_p", 1.0, 0.0, 1.0)),
         top_k=int(_number(body, "top_k", 0, 0, 1000, integer=True)),
         seed=_number(body, "seed", None, -(2 ** 63), 2 ** 64 - 1, integer=True),

@@ -1,7 +1,8 @@
 """Drafters behind one narrow protocol: begin / draft / accept / stats.
 
 ``draft(k, stop)`` returns one plain value, a ``Draft``: the candidates, what the drafter knew about
-each token it drafted, and what drafting cost.  New drafters are composed (a model engine + a
+each token it drafted, and what drafting cost; ``accept(verdict)`` hands back what the target decided, one
+``Verdict`` (both in ``step.py``).  New drafters are composed (a model engine + a
 translator), not subclassed, and registered by method name in ``methods.py``.
 """
 
@@ -13,12 +14,12 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from omnidraft.seq import common_prefix
 from omnidraft.vocab.codec import Codec
 from omnidraft.llama.engine import Engine
 from omnidraft.errors import ContextOverflow
 from .policy import StopRule
 from .predictor import DraftFeatures
+from .step import Draft, Verdict
 from omnidraft.vocab.translator import LOOKUP, Candidates, Proposal, Translator
 
 
@@ -40,24 +41,6 @@ class PromptInput:
         if self.plain is None:
             return engine.tokenize(self.text, add_bos=engine.add_bos, special=True)
         return chat.tokenize(engine, self.text.decode("utf-8"), self.plain, engine.add_bos)
-
-
-@dataclass(frozen=True)
-class Draft:
-    """One drafting call's result: what the target verifies, and what it cost."""
-
-    candidates: Candidates = field(default_factory=Candidates)
-    features: tuple[DraftFeatures, ...] = ()  # one per drafted token (model drafters), for the policy
-    drafted: int = 0  # drafter tokens produced (can differ from the candidates across vocabularies)
-    draft_s: float = 0.0
-    translate_s: float = 0.0
-
-    def judged(self, cands: Candidates, n_accepted: int) -> tuple[tuple[DraftFeatures, ...], int]:
-        """(features of the drafted tokens the target judged, how many of them it accepted), given the
-        candidates it verified (``cands``: these or a prefix) and how many it kept.  Tokens after the
-        first rejection were never judged; with every candidate kept, neither were those after them."""
-        acc = min(cands.drafted_accepted(n_accepted), len(self.features))
-        return (self.features if n_accepted < len(cands) else self.features[:acc]), acc
 
 
 @dataclass
@@ -92,8 +75,8 @@ class Drafter(Protocol):
     def draft(self, k: int, stop: StopRule) -> Draft:
         """Propose up to k drafter tokens as target candidates; ``stop.keep_going(depth, features)`` may end early."""
 
-    def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
-        """The target kept n_accepted candidates and appended new_target_ids (spelling new_bytes)."""
+    def accept(self, verdict: Verdict) -> None:
+        """What the target decided on the last draft: the candidates it kept, its new tokens and their text."""
 
     def stats(self) -> dict:
         """This drafter's counters (DraftCounters), for metrics and benchmarks."""
@@ -129,10 +112,7 @@ class ModelDrafter:
         self._queued_ids, self._queued_bytes = [], b""
         if self.disabled:
             return
-        keep = min(common_prefix(self.engine.tokens, ids), len(ids) - 1)
-        self.engine.rollback(keep)
-        if len(ids) - 1 > keep:  # prefill all but the last token; that one is decoded by draft()
-            self.engine.decode(ids[keep:-1], "none")
+        self.engine.prefill(ids)  # all but the last token; that one is decoded by draft()
 
     def _prompt_ids(self, prompt: PromptInput) -> list[int]:
         e = self.engine
@@ -177,11 +157,11 @@ class ModelDrafter:
         t2 = time.perf_counter()
         return self.counters.add(Draft(cands, tuple(feats), len(ids), t1 - t0, t_sync + t2 - t1))
 
-    def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
+    def accept(self, verdict: Verdict) -> None:
         # Text the target wrote while the drafter sat idle is only queued: when the policy
         # stops drafting for a while, the drafter costs nothing until it is asked again.
-        self._queued_ids.extend(new_target_ids)
-        self._queued_bytes += new_bytes
+        self._queued_ids.extend(verdict.tokens)
+        self._queued_bytes += verdict.text
         if self.last.ids:
             self.counters.translate_s += self._sync()
 
@@ -202,8 +182,7 @@ class ModelDrafter:
             kept += 1
             used += len(piece)
         self.ctx += self.last.ids[:kept] + self.codec.encode(new_bytes[used:])
-        keep = min(common_prefix(self.engine.tokens, self.ctx), len(self.ctx) - 1)
-        self.engine.rollback(keep)
+        self.engine.reuse_prefix(self.ctx)
         self.last = Proposal([], [])
         return time.perf_counter() - t0
 
@@ -230,8 +209,8 @@ class PromptLookupDrafter:
             c.add(t, LOOKUP, (i, i + 1), 1.0)
         return self.counters.add(Draft(c, draft_s=time.perf_counter() - t0))
 
-    def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
-        self.tokens.extend(new_target_ids)
+    def accept(self, verdict: Verdict) -> None:
+        self.tokens.extend(verdict.tokens)
 
     def stats(self) -> dict:
         return {"name": self.name, **self.counters.as_dict()}
@@ -256,9 +235,9 @@ class LookupFirstDrafter:
         free = self.lookup.draft(k, stop)
         return free if len(free.candidates) else self.model.draft(k, stop)
 
-    def accept(self, n_accepted: int, new_target_ids: Sequence[int], new_bytes: bytes) -> None:
-        self.lookup.accept(n_accepted, new_target_ids, new_bytes)
-        self.model.accept(n_accepted, new_target_ids, new_bytes)
+    def accept(self, verdict: Verdict) -> None:
+        self.lookup.accept(verdict)
+        self.model.accept(verdict)
 
     def stats(self) -> dict:
         return {**self.model.stats(), "name": self.name, "lookup": self.lookup.stats()}

@@ -1,4 +1,6 @@
-"""The speculative loop: draft -> translate -> verify in one target pass -> accept -> roll back.
+"""The speculative loop, one step at a time: plan -> draft -> one target pass -> verify -> commit.
+
+The values passing between the phases (Draft, Verdict, StepRecord) live in ``step.py``.
 
 The target's KV cache always holds exactly the target's own tokens: every
 candidate is checked against the target's choice at its position, so greedy output
@@ -10,20 +12,20 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
 
 from omnidraft.vocab import chat
-from .drafters import Draft, Drafter, PromptInput
+from .drafters import Drafter, PromptInput
 from omnidraft.llama.engine import Engine
-from omnidraft.seq import common_prefix
+from omnidraft.cliutil import TEMPERATURE
 from omnidraft.errors import BadRequest, ContextOverflow
-from .policy import DraftPolicy, PolicyConfig, StepOutcome
-from .stats import GenerationStats, StepRecord, TokenLogprob
+from .policy import DraftPolicy, PolicyConfig
+from .stats import GenerationStats
+from .step import Draft, PhaseClock, StepOutcome, StepRecord, TokenLogprob, Verdict
 from omnidraft.vocab.textstream import Chunk, TextStream
-from omnidraft.vocab.translator import NGRAM, Candidates
 from .verifier import (SamplingParams, first_uncertain_row, sample_token, verify_exact_sampling, verify_greedy,
                        verify_rejection_approx)
 
@@ -57,8 +59,8 @@ class GenerationParams:
     def check(self) -> None:
         if self.max_tokens < 1:
             raise BadRequest("max_tokens must be >= 1")
-        if not 0.0 <= self.temperature <= 10.0:
-            raise BadRequest("temperature must be within [0, 10]")
+        if not TEMPERATURE[0] <= self.temperature <= TEMPERATURE[1]:
+            raise BadRequest(f"temperature must be within [{TEMPERATURE[0]:g}, {TEMPERATURE[1]:g}]")
         if not 0.0 < self.top_p <= 1.0:
             raise BadRequest("top_p must be within (0, 1]")
         if self.top_k < 0:
@@ -139,7 +141,7 @@ class Generator:
         max_new = min(params.max_tokens, t.n_ctx - len(ids))
         stats = self.live_stats = GenerationStats(self.method, prompt_tokens=len(ids))
         t0 = time.perf_counter()
-        stats.reused_tokens = prefill(t, ids, params.reuse_prefix)
+        stats.reused_tokens = t.prefill(ids, params.reuse_prefix)
         if self.drafter is not None:
             self.drafter.begin(prompt)
             self.policy.begin_request()
@@ -154,7 +156,8 @@ class Generator:
         finish = "length"
         lap = time.perf_counter()  # each step's wall time runs from here to the next step's start
         while len(out) < max_new:
-            step, new = self._step(t_prev, len(out), max_new, params, sp, uniforms, rng)
+            step, verdict = self._step(t_prev, len(out), max_new, params, sp, uniforms, rng)
+            new = list(verdict.tokens)
             steps.append(step)
             stats.add_step(step)
             eog_at = next((i for i, tok in enumerate(new) if tok in t.eog_ids), None)
@@ -176,7 +179,7 @@ class Generator:
                 break
             if self.drafter is not None:
                 a0 = time.perf_counter()
-                self.drafter.accept(step.accepted, new, t.detokenize(new))
+                self.drafter.accept(replace(verdict, text=t.detokenize(new)))
                 sync_s = time.perf_counter() - a0
             t_prev = new[-1]
             now = time.perf_counter()
@@ -197,82 +200,60 @@ class Generator:
         return self.max_verify_batch - 1
 
     def _step(self, t_prev: int, n_out: int, max_new: int, params: GenerationParams, sp: SamplingParams,
-              uniforms: np.ndarray, rng: np.random.Generator) -> tuple[StepRecord, list[int]]:
-        """One speculative step: draft -> verify in one target pass -> guard -> rollback -> observe -> record.
-        Its parts are timed at these boundaries (stats.STEP_PARTS); the loop adds its own share after."""
-        t = self.target
-        s0 = time.perf_counter()
-        limit = min(max_new - n_out - 1, t.n_ctx - t.n_past - 2, self.max_draft)
-        draft = self._draft(limit)
-        cands = draft.candidates.truncate(limit)
-        v0 = time.perf_counter()
-        base, fed = t.n_past, [t_prev] + cands.ids
-        logits = t.decode(fed, "all")
-        v1 = time.perf_counter()
-        n_acc, nxt = self._verify(cands, logits, params, sp, uniforms[n_out:], rng)
-        logits, n_acc, nxt, redecoded = self._guard(fed, base, logits, n_acc, nxt, params, sp, uniforms[n_out:])
-        t.rollback(base + 1 + n_acc)  # keep t_prev and the accepted candidates; nxt is decoded next step
-        v2 = time.perf_counter()
-        v_s = v2 - v0
-        new = cands.ids[:n_acc] + [nxt]
-        judged, judged_acc = draft.judged(cands, n_acc)
-        self.policy.observe(StepOutcome(len(cands), n_acc, draft.drafted, v_s, draft.draft_s, judged, judged_acc))
-        ng = [k == NGRAM for k in cands.kinds]
-        topk = [_topk(logits[i], params.record_topk) for i in range(n_acc + 1)] if params.record_topk else []
-        lps = [] if params.logprobs is None else [_logprob(t, logits[i], tok, params.logprobs)
-                                                  for i, tok in enumerate(new)]
-        s1 = time.perf_counter()
-        # bookkeeping: the policy's choice and the drafter call's own overhead (its window less its drafting and
-        # translation), then observing and recording
-        book = (v0 - s0 - draft.draft_s - draft.translate_s) + (s1 - v2)
-        rec = StepRecord(len(cands), n_acc, draft.drafted, sum(ng), sum(ng[:n_acc]), new, draft.draft_s,
-                         draft.translate_s, v_s, s1 - s0, topk, redecoded, lps, target_s=v1 - v0, sample_s=v2 - v1,
-                         bookkeeping_s=book)
-        return rec, new
+              uniforms: np.ndarray, rng: np.random.Generator) -> tuple[StepRecord, Verdict]:
+        """One speculative step: plan -> draft -> one target pass -> verify -> commit, each phase timed as a
+        whole (stats.STEP_PARTS); the loop adds its own share (text out, the drafter's accept) after."""
+        t, clock = self.target, PhaseClock()
+        with clock("plan"):  # how long a draft may be (the output's, the context's, the batch's room)
+            limit = min(max_new - n_out - 1, t.n_ctx - t.n_past - 2, self.max_draft)
+            k = self.policy.choose_k(limit) if self.drafter is not None and limit > 0 else 0
+        with clock("draft"):
+            draft = (self.drafter.draft(k, self.policy.stop_rule()) if k > 0 else Draft()).cut(limit)
+        with clock("target"):  # one pass: the last token and every candidate, logits for all of them
+            base, fed = t.n_past, [t_prev] + draft.candidates.ids
+            logits = t.decode(fed, "all")
+        with clock("verify"):  # the accepted path and the next token; the KV keeps t_prev and the accepted
+            u = uniforms[n_out:]  # output position n_out's uniform first
+            verdict = self._guard(fed, base, logits, self._verify(draft, logits, params, sp, u, rng), params, sp, u)
+            t.rollback(base + 1 + verdict.accepted)
+        with clock("commit"):
+            self.policy.observe(StepOutcome.of(draft, verdict, clock.s["target"] + clock.s["verify"]))
+            rows = verdict.logits
+            topk = [_topk(row, params.record_topk) for row in rows] if params.record_topk else []
+            lps = [] if params.logprobs is None else [_logprob(t, row, tok, params.logprobs)
+                                                      for row, tok in zip(rows, verdict.tokens)]
+        return StepRecord.of(draft, verdict, clock.stop(), topk, lps), verdict
 
-    def _draft(self, limit: int) -> Draft:
-        """The policy's draft length, drafted (an empty Draft when the target goes alone this step)."""
-        k = self.policy.choose_k(limit) if self.drafter is not None and limit > 0 else 0
-        return self.drafter.draft(k, self.policy.stop_rule()) if k > 0 else Draft()
+    @staticmethod
+    def _verify(draft: Draft, logits: np.ndarray, params: GenerationParams, sp: SamplingParams,
+                uniforms: np.ndarray, rng: np.random.Generator) -> Verdict:
+        """The verdict on a chain of candidates, by the request's scheme (verifier's pure functions)."""
+        assert draft.is_chain, "trees of candidates are not verified yet"
+        ids = draft.candidates.ids
+        if sp.greedy:
+            n, nxt = verify_greedy(ids, logits)
+        elif params.verification == "approx-rs" and ids:
+            n, nxt = verify_rejection_approx(ids, draft.candidates.q, logits, sp, rng)
+        else:
+            n, nxt = verify_exact_sampling(ids, logits, sp, uniforms)
+        return Verdict.chain(ids, n, nxt, logits[:n + 1])
 
-    def _guard(self, fed: list[int], base: int, logits: np.ndarray, n_acc: int, nxt: int, params: GenerationParams,
-               sp: SamplingParams, uniforms: np.ndarray) -> tuple[np.ndarray, int, int, bool]:
+    def _guard(self, fed: list[int], base: int, logits: np.ndarray, verdict: Verdict, params: GenerationParams,
+               sp: SamplingParams, uniforms: np.ndarray) -> Verdict:
         """With a near-tie guard (kernels whose batched logits are only within a bound of one-token decoding):
         the first row such an error could decide otherwise is decoded again alone and decides the step.
-        ``fed``: the tokens of the step's target pass, decoded from position ``base``.
-        Returns (logits, n_accepted, next token, whether a row was re-decoded)."""
+        ``fed``: the tokens of the step's target pass, decoded from position ``base``."""
         if not (self.guard > 0 and len(fed) > 1 and params.verification == "exact"):
-            return logits, n_acc, nxt, False
-        j = first_uncertain_row(logits[:n_acc + 1], sp, uniforms, self.guard)
+            return verdict
+        j = first_uncertain_row(logits[:verdict.accepted + 1], sp, uniforms, self.guard)
         if j is None:
-            return logits, n_acc, nxt, False
+            return verdict
         # rows before j decide as the target alone would; row j is decided alone
         logits = logits[:j + 1].copy()  # the next decode reuses llama.cpp's buffer
         t = self.target
         t.rollback(base + j)
         logits[j] = t.decode(fed[j:j + 1], "last")[0]
-        return logits, j, sample_token(logits[j], sp, uniforms[j]), True
-
-    def _verify(self, cands: Candidates, logits: np.ndarray, params: GenerationParams, sp: SamplingParams,
-                uniforms: np.ndarray, rng: np.random.Generator) -> tuple[int, int]:
-        if sp.greedy:
-            return verify_greedy(cands.ids, logits)
-        if params.verification == "approx-rs" and len(cands):
-            return verify_rejection_approx(cands.ids, cands.q, logits, sp, rng)
-        return verify_exact_sampling(cands.ids, logits, sp, uniforms)
-
-
-def prefill(target: Engine, ids: list[int], reuse: bool) -> int:
-    """Put all prompt tokens but the last in the KV cache (the loop decodes the last); return how many
-    were kept from before.  Without reuse, a fresh context: the prompt is computed as on a cold start."""
-    keep = min(common_prefix(target.tokens, ids), len(ids) - 1) if reuse else 0
-    if keep:
-        target.rollback(keep)
-    else:
-        target.reset()
-    if len(ids) - 1 > keep:
-        target.decode(ids[keep:-1], "none")
-    return keep
+        return Verdict.chain(fed[1:], j, sample_token(logits[j], sp, uniforms[j]), logits, redecoded=True)
 
 
 def _topk(row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

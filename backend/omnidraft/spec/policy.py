@@ -15,12 +15,13 @@
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from omnidraft.llama.costmodel import CostModel, speedup
 from .guard import RateGuard
 from .predictor import AcceptancePredictor, DraftFeatures
+from .step import StepOutcome
 
 ACC_PRIOR = 0.7  # the optimistic start of the acceptance estimates: drafting is tried before it is judged
 
@@ -35,111 +36,189 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True)
-class StepOutcome:
-    """What the policy learns from one verified step (Generator._step hands it over once)."""
+class StepCosts:
+    """The measured times a step's early stop weighs, as they stood at the step's start."""
 
-    proposed: int  # candidates the target verified
-    accepted: int
-    drafted: int = 0  # drafter tokens produced
-    verify_s: float = 0.0
-    draft_s: float = 0.0
-    judged: tuple[DraftFeatures, ...] = ()  # features of the drafted tokens the target judged
-    judged_accepted: int = 0  # how many of those it accepted
+    t_verify: tuple[float, ...]  # seconds of a target pass of n tokens, by n
+    timed: tuple[bool, ...]  # whether T_verify(n) was measured, by n
+    t_draft: float  # seconds per drafter token
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """One drafted token as a rule judges it: its depth (0-based), its features and, for rules that predict,
+    its predicted acceptance ``p`` and this step's running products with it included."""
+
+    depth: int
+    features: DraftFeatures
+    p: float = 1.0
+    reach: float = 1.0  # prod of predicted P_i over the tokens drafted so far in this step
+    expected: float = 1.0  # 1 + sum of reaches: expected target tokens of this step
 
 
 class StopRule:
     """One step's early stop, handed to the drafter: ``keep_going(depth, features)`` after each drafted token.
 
     Built by ``DraftPolicy.stop_rule()`` from what the policy knows at the start of the step (its rule,
-    the predictor, the measured pass times); it keeps only this step's running products."""
+    the predictor, the measured pass times); it keeps only this step's running products, and hands its
+    rule values (``Drafted``, ``StepCosts``), never itself."""
 
-    def __init__(self, cfg: PolicyConfig, predict: Callable[[DraftFeatures], float], t_verify: tuple[float, ...],
-                 timed: tuple[bool, ...], t_draft: float):
-        self.cfg, self.predict, self.t_verify, self.timed, self.t_draft = cfg, predict, t_verify, timed, t_draft
+    def __init__(self, cfg: PolicyConfig, predict: Callable[[DraftFeatures], float], costs: StepCosts):
+        self.cfg, self.predict, self.costs = cfg, predict, costs
         self.rule = RULES[cfg.name]
-        self.reach = 1.0  # prod of predicted P_i over the tokens drafted so far in this step
-        self.expected = 1.0  # 1 + sum of reaches: expected target tokens of this step
+        self.reach = 1.0
+        self.expected = 1.0
 
     def keep_going(self, depth: int, f: DraftFeatures) -> bool:
         """After drafting the token at ``depth`` (0-based): draft another one?"""
-        return self.rule.keep_going(self, depth, f)
+        p = 1.0
+        if self.rule.predicts:
+            p = self.predict(f)
+            self.reach *= p
+            self.expected += self.reach
+        return self.rule.keep_going(Drafted(depth, f, p, self.reach, self.expected), self.cfg, self.costs)
 
-    def advance(self, f: DraftFeatures) -> float:
-        """Take in one more drafted token's predicted acceptance; return it."""
-        p = self.predict(f)
-        self.reach *= p
-        self.expected += self.reach
-        return p
 
-    def drafting_pays(self, depth: int, p: float, f: DraftFeatures) -> bool:
-        """Does drafting on (each further token assumed as likely as this one, ``p``) beat stopping here?"""
-        # Every longer timed length is compared, not just the next: T_verify(n) need not grow with n (the
-        # repacked Q4_0 GEMM makes a 4-token pass cheaper than a 3-token one), and a one-step look would
-        # stop before the cheap size.
-        n = depth + 1
-        if n + 2 >= len(self.t_verify) or not self.timed[n + 2] or not self.timed[n + 1]:
-            return f.p_top1 >= self.cfg.p_min  # no timing for a longer batch yet: confidence rule
-        now = self.expected / (self.t_verify[n + 1] + n * self.t_draft)
-        tokens, reach = self.expected, self.reach
-        for m in range(n + 1, len(self.t_verify) - 1):
-            if not self.timed[m + 1]:
-                break
-            reach *= p
-            tokens += reach
-            if tokens / (self.t_verify[m + 1] + m * self.t_draft) > now:
-                return True
-        return False
+def drafting_pays(d: Drafted, p_min: float, c: StepCosts) -> bool:
+    """Does drafting on after ``d`` (each further token assumed as likely as it, ``d.p``) beat stopping here?"""
+    # Every longer timed length is compared, not just the next: T_verify(n) need not grow with n (the
+    # repacked Q4_0 GEMM makes a 4-token pass cheaper than a 3-token one), and a one-step look would
+    # stop before the cheap size.
+    n = d.depth + 1
+    if n + 2 >= len(c.t_verify) or not c.timed[n + 2] or not c.timed[n + 1]:
+        return d.features.p_top1 >= p_min  # no timing for a longer batch yet: confidence rule
+    now = d.expected / (c.t_verify[n + 1] + n * c.t_draft)
+    tokens, reach = d.expected, d.reach
+    for m in range(n + 1, len(c.t_verify) - 1):
+        if not c.timed[m + 1]:
+            break
+        reach *= d.p
+        tokens += reach
+        if tokens / (c.t_verify[m + 1] + m * c.t_draft) > now:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """What a policy knows before a step (or, for its note, at the end of a request), handed to its rule."""
+
+    k: int  # the longest draft this step may have
+    allowed: bool = True  # the rate guard lets this step draft (asked only by rules that weigh costs)
+    calibrated: bool = False  # a one-token target pass and a drafter token have been timed
+    ceiling: float = float("inf")  # best speedup over the target alone at 100 % acceptance
+    speeds: tuple[float, ...] = ()  # predicted target tokens/s per draft length 0..k (0.0: not timed)
+    timed: tuple[bool, ...] = ()  # per draft length 0..k: a target pass of its rows has been timed
+    probe_due: bool = False  # steps since the last probe reached the back-off gap
+    gains: tuple[float, ...] = ()  # (notes only) predicted speedup over the target alone per draft length
+    first_acceptance: float = ACC_PRIOR  # (notes only) the estimate for the first drafted token
+    measured: bool = False  # (notes only) some step has drafted
+    guard_note: str = ""  # (notes only) why the rate guard stopped drafting, "" while it has not
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A rule's draft length for one step; ``paid``: a length predicted to gain; ``probe``: one drafted token
+    only to keep the estimates alive (the policy backs its probes off)."""
+
+    k: int
+    paid: bool = False
+    probe: bool = False
+
+
+def best_length(speeds: tuple[float, ...], timed: tuple[bool, ...]) -> int:
+    """The fastest predicted draft length; a length never timed is tried first, so the cost model fills in."""
+    for k in range(1, len(speeds)):
+        if not timed[k]:
+            return k
+    return max(range(len(speeds)), key=lambda k: speeds[k])
 
 
 class Rule:
     """One draft-length rule: when a step stops drafting early (``keep_going``), how long a step may be
-    (``choose_k``) and why, in words (``note``).  The four register by name in ``RULES``; a policy looks its
-    rule up by ``cfg.name`` at each use."""
+    (``choose``) and why, in words (``note``), each from values the policy hands over.  The four register by
+    name in ``RULES``; a policy looks its rule up by ``cfg.name`` at each use."""
 
-    seeded_with_costs = False  # whether the policy starts from the session's measured cost model
+    name = ""
+    predicts = False  # whether keep_going needs the predictor's P_i (Drafted.p, reach, expected)
+    seeded_with_costs = False  # starts from the measured cost model; ``choose`` gets a full Outlook (else k)
 
-    def keep_going(self, stop: StopRule, depth: int, f: DraftFeatures) -> bool:
+    def keep_going(self, d: Drafted, cfg: PolicyConfig, costs: StepCosts) -> bool:
         return True
 
-    def choose_k(self, policy: "DraftPolicy", k: int) -> int:
-        return max(k, 0)
+    def choose(self, o: Outlook) -> Choice:
+        return Choice(max(o.k, 0))
 
-    def note(self, policy: "DraftPolicy", k: int) -> str:
-        return f"the {policy.cfg.name} policy drafts up to {k} tokens every step"
+    def note(self, o: Outlook) -> str:
+        return f"the {self.name} policy drafts up to {o.k} tokens every step"
 
 
 class Fixed(Rule):
     """Always k (stopping early only at an end-of-generation token)."""
 
+    name = "fixed"
+
 
 class Threshold(Rule):
     """Up to k, stopping when the drafter's top-1 probability falls below p_min."""
 
-    def keep_going(self, stop: StopRule, depth: int, f: DraftFeatures) -> bool:
-        return f.p_top1 >= stop.cfg.p_min
+    name = "threshold"
+
+    def keep_going(self, d: Drafted, cfg: PolicyConfig, costs: StepCosts) -> bool:
+        return d.features.p_top1 >= cfg.p_min
 
 
 class Gamma(Rule):
     """The paper's rule: stop when 1 - prod(P_i) > gamma."""
 
-    def keep_going(self, stop: StopRule, depth: int, f: DraftFeatures) -> bool:
-        stop.advance(f)
-        return 1.0 - stop.reach <= stop.cfg.gamma
+    name, predicts = "gamma", True
+
+    def keep_going(self, d: Drafted, cfg: PolicyConfig, costs: StepCosts) -> bool:
+        return 1.0 - d.reach <= cfg.gamma
 
 
 class Cost(Rule):
     """Keep drafting while one more token raises the expected tokens per second; choose k likewise."""
 
-    seeded_with_costs = True
+    name, predicts, seeded_with_costs = "cost", True, True
 
-    def keep_going(self, stop: StopRule, depth: int, f: DraftFeatures) -> bool:
-        return stop.drafting_pays(depth, stop.advance(f), f)
+    def keep_going(self, d: Drafted, cfg: PolicyConfig, costs: StepCosts) -> bool:
+        return drafting_pays(d, cfg.p_min, costs)
 
-    def choose_k(self, policy: "DraftPolicy", k: int) -> int:
-        return policy.choose_by_cost(k)
+    def choose(self, o: Outlook) -> Choice:
+        """The fastest predicted length, probing now and then when none pays."""
+        if o.k <= 0 or not o.allowed:
+            return Choice(0)
+        if not o.calibrated:
+            return Choice(o.k)
+        if o.ceiling < 1.0:
+            return Choice(0)  # even if every drafted token were accepted, this machine would be slower: never probe
+        best = best_length(o.speeds, o.timed)
+        if best > 0:
+            return Choice(best, paid=True)
+        # probe: keep the acceptance estimate alive; the policy backs off while speculation keeps losing,
+        # since each probe makes the drafter catch up on everything written meanwhile
+        return Choice(1, probe=True) if o.probe_due else Choice(0)
 
-    def note(self, policy: "DraftPolicy", k: int) -> str:
-        return policy.cost_note(k)
+    def note(self, o: Outlook) -> str:
+        """What its timings and acceptance predicted."""
+        timed = [n for n in range(1, o.k + 1) if o.timed[n]]
+        if not o.calibrated or not timed:
+            return "the cost policy had no timings yet: it drafted to measure them"
+        if o.guard_note:
+            return o.guard_note
+        if o.ceiling < 1.0:
+            return (f"the cost policy ran the target alone, it is faster on this machine "
+                    f"(predicted {o.ceiling:.2f}x at best, even with every drafted token accepted)")
+        best = max(timed, key=lambda n: o.speeds[n])
+        gain = o.gains[best]
+        if gain > 1.0:
+            return (f"the cost policy drafted where it predicts a gain "
+                    f"(predicted {gain:.2f}x at draft length {best})")
+        acc = (f"first drafted token accepted {o.first_acceptance:.0%} of the time" if o.measured
+               else f"assuming {o.first_acceptance:.0%} acceptance, none measured yet")
+        return (f"the cost policy mostly ran the target alone, drafting is predicted to be slower here "
+                f"({gain:.2f}x at best, {acc}); it probes now and then")
 
 
 RULES: dict[str, Rule] = {"fixed": Fixed(), "threshold": Threshold(), "gamma": Gamma(), "cost": Cost()}
@@ -190,29 +269,45 @@ class DraftPolicy:
 
     def choose_k(self, limit: int) -> int:
         self.steps += 1
-        return self.rule.choose_k(self, self.cap(limit))
-
-    def choose_by_cost(self, k: int) -> int:
-        """The cost rule's draft length: the fastest predicted, probing now and then when none pays."""
-        if k <= 0 or not self.guard.allows_drafting():
-            return 0
-        if not self._calibrated():
-            return k
-        if self.ceiling(k) < 1.0:
-            return 0  # even if every drafted token were accepted, this machine would be slower: never probe
-        best = self._best_k(k)
-        if best > 0:
+        k = self.cap(limit)
+        rule = self.rule
+        c = rule.choose(self._outlook(k) if rule.seeded_with_costs else Outlook(k))
+        if c.paid:
             self._gap = self.cfg.probe_every
-        elif self.steps - self._last_probe >= self._gap:
-            # probe: keep the acceptance estimate alive; back off while speculation keeps losing,
-            # since each probe makes the drafter catch up on everything written meanwhile
-            best, self._last_probe, self._gap = 1, self.steps, min(self._gap * 2, 1024)
-        return best
+        if c.probe:
+            self._last_probe, self._gap = self.steps, min(self._gap * 2, 1024)
+        return c.k
+
+    def _outlook(self, k: int, note: bool = False) -> Outlook:
+        """What the cost rule weighs; the guard is asked (which counts its steps) only for a step's choice."""
+        if not note and (k <= 0 or not self.guard.allows_drafting()):
+            return Outlook(k, allowed=False)
+        if not self._calibrated() and not note:
+            return Outlook(k)
+        timed = tuple(n == 0 or self.n_verify[n + 1] > 0 for n in range(k + 1))
+        o = Outlook(k, True, self._calibrated(), self.ceiling(k),
+                    tuple(self.expected_speed(n) if t else 0.0 for n, t in enumerate(timed)), timed,
+                    self.steps - self._last_probe >= self._gap)
+        if not note:
+            return o
+        gains = tuple(speedup(*self._expected_tokens_cost(n), self.t_verify[1]) for n in range(k + 1))
+        return replace(o, gains=gains, first_acceptance=self.acc[0], measured=any(self.chosen),
+                       guard_note=self._guard_note())
+
+    def _guard_note(self) -> str:
+        g = self.guard
+        if not g.losing():
+            return ""
+        rates = g.stats.last_rates  # None only in a verdict resumed from before the rates were kept
+        seen = "by an earlier process" if rates is None else f"{rates[0]:.0f} against {rates[1]:.0f} tokens/s" \
+            + (", kept from an earlier process" if g.stats.resumed else "")
+        return (f"the cost policy stopped drafting: its drafting steps ran at {g.stats.last_ratio:.2f}x the pace "
+                f"of the target alone, as measured ({seen}), although its cost model predicted a gain")
 
     def stop_rule(self) -> StopRule:
         """This step's early stop for the drafter (``StopRule.keep_going``)."""
-        return StopRule(self.cfg, self.predictor.predict, tuple(self.t_verify), tuple(n > 0 for n in self.n_verify),
-                        self.t_draft)
+        return StopRule(self.cfg, self.predictor.predict,
+                        StepCosts(tuple(self.t_verify), tuple(n > 0 for n in self.n_verify), self.t_draft))
 
     def expected_speed(self, k: int) -> float:
         """Predicted target tokens per second at draft length k (0 = target alone)."""
@@ -241,41 +336,7 @@ class DraftPolicy:
         k = self.cap(limit)
         if k <= 0:
             return "no room to draft (draft length 0)"
-        return self.rule.note(self, k)
-
-    def cost_note(self, k: int) -> str:
-        """The cost rule's note: what its timings and acceptance predicted."""
-        timed = [n for n in range(1, k + 1) if self.n_verify[n + 1]]
-        if not self._calibrated() or not timed:
-            return "the cost policy had no timings yet: it drafted to measure them"
-        ceiling = self.ceiling(k)
-        g = self.guard
-        if g.losing():
-            rates = g.stats.last_rates  # None only in a verdict resumed from before the rates were kept
-            seen = "by an earlier process" if rates is None else f"{rates[0]:.0f} against {rates[1]:.0f} tokens/s" \
-                + (", kept from an earlier process" if g.stats.resumed else "")
-            return (f"the cost policy stopped drafting: its drafting steps ran at {g.stats.last_ratio:.2f}x the pace "
-                    f"of the target alone, as measured ({seen}), although its cost model predicted a gain")
-        if ceiling < 1.0:
-            return (f"the cost policy ran the target alone, it is faster on this machine "
-                    f"(predicted {ceiling:.2f}x at best, even with every drafted token accepted)")
-        best = max(timed, key=self.expected_speed)
-        gain = speedup(*self._expected_tokens_cost(best), self.t_verify[1])
-        if gain > 1.0:
-            return (f"the cost policy drafted where it predicts a gain "
-                    f"(predicted {gain:.2f}x at draft length {best})")
-        acc = (f"first drafted token accepted {self.acc[0]:.0%} of the time" if any(self.chosen)
-               else f"assuming {self.acc[0]:.0%} acceptance, none measured yet")
-        return (f"the cost policy mostly ran the target alone, drafting is predicted to be slower here "
-                f"({gain:.2f}x at best, {acc}); it probes now and then")
-
-    def _best_k(self, k_max: int) -> int:
-        speeds = [self.expected_speed(k) if self.n_verify[k + 1] or k == 0 else 0.0 for k in range(k_max + 1)]
-        # lengths never measured yet are tried once, so the cost model fills in
-        for k in range(1, k_max + 1):
-            if self.n_verify[k + 1] == 0:
-                return k
-        return max(range(k_max + 1), key=lambda k: speeds[k])
+        return self.rule.note(self._outlook(k, note=True))
 
     def _calibrated(self) -> bool:
         return self.n_verify[1] > 0 and self.n_draft > 0

@@ -1,54 +1,21 @@
-"""What a generation reports, counted once: per output token (``TokenLogprob``), per speculative step
-(``StepRecord``) and per answer (``GenerationStats``); ``GenerationStats.add`` sums answers into totals, so
-the benchmarks (a configuration's run) and the server (everything since start) report acceptance, tau and
-speed by the same definitions as each answer.
+"""What a generation reports, counted once: per output token (``TokenLogprob``) and per speculative step
+(``StepRecord``), both values of ``step.py``, and per answer (``GenerationStats``); ``GenerationStats.add``
+sums answers into totals, so the benchmarks (a configuration's run) and the server (everything since start)
+report acceptance, tau and speed by the same definitions as each answer.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-import numpy as np
+from .step import StepRecord, TokenLogprob  # noqa: F401 - the step's values live in step.py
 
-# Where a speculative step's wall time goes, each part timed at its boundary in the loop (perf_counter):
+# Where a speculative step's wall time goes, each phase timed as a whole (step.PhaseClock):
 # draft = the drafter's passes (and its per-token features), translate = drafter tokens into target ids
 # and the drafter catching up with the target's text, target = the target's verification pass,
 # sample = accepting/sampling from its logits (with the near-tie guard and the KV rollback),
 # bookkeeping = the rest: the policy's choice, records, text out to the consumer.  They sum to the step.
 STEP_PARTS = ("draft", "translate", "target", "sample", "bookkeeping")
-
-
-@dataclass
-class TokenLogprob:
-    """One output token as the target scored it: log-softmax at temperature 1 of the row that chose it."""
-
-    id: int
-    piece: bytes  # the token's text (control tokens as their text, e.g. b'<|im_end|>')
-    logprob: float
-    top: list[tuple[int, bytes, float]]  # (id, piece, logprob) of the most likely tokens, most likely first
-
-
-@dataclass
-class StepRecord:
-    """One speculative step: what the trainer and the metrics see."""
-
-    proposed: int
-    accepted: int
-    drafted: int  # drafter tokens produced (can differ from proposed candidates across vocabularies)
-    ngram_proposed: int
-    ngram_accepted: int
-    new_tokens: list[int]
-    draft_s: float
-    translate_s: float
-    verify_s: float  # the target pass and the acceptance: target_s + sample_s
-    total_s: float  # the step's wall time: every part below, and (once the loop closes it) its text and accept
-    # per new token: (target ids, probabilities) of the target's top-k at that position, if recorded
-    topk: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
-    redecoded: bool = False  # a guarded kernel mode re-decoded a near-tie one token at a time
-    logprobs: list[TokenLogprob] = field(default_factory=list)  # per new token, if params.logprobs is set
-    target_s: float = 0.0  # the target's pass (llama_decode) alone
-    sample_s: float = 0.0  # acceptance or sampling from its rows, the guard's re-decode, the KV rollback
-    bookkeeping_s: float = 0.0  # the policy, records, the loop's text and its consumer
 
 
 @dataclass
