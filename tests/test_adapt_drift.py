@@ -1,0 +1,47 @@
+"""``omnidraft adapt --drift-set`` on tiny models (issue 43 part 3): the stream switches sets at its drift point,
+both sets' held-out prompts are measured at every checkpoint (and the control on both), and the JSON says so."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+
+pytest.importorskip("torch")
+
+from omnidraft.apps.adapt import run  # noqa: E402
+from omnidraft.apps.adapt_config import AdaptConfig  # noqa: E402
+from omnidraft.assets.prompts import Item, PromptSet  # noqa: E402
+from omnidraft.runtime.session import Settings  # noqa: E402
+
+from tests.gguf_helpers import tiny_gguf  # noqa: E402
+
+TEXTS = {"a": ["def add(a, b):\n", "class Stack:\n", "def mean(xs):\n"],
+         "b": ["Le chat est", "La maison de", "Il fait beau"]}
+
+
+def fake_set(name, seed=0):
+    items = [Item(f"{name}{i}", t, False, "stream") for i, t in enumerate(TEXTS[name][:2])]
+    return PromptSet(name, 1, "test", "none", items + [Item(f"{name}h", TEXTS[name][2], False, "heldout")])
+
+
+def test_a_drift_measures_both_sets_at_every_checkpoint(tmp_path_factory, monkeypatch):
+    draft, target = tiny_gguf(tmp_path_factory, "llama"), tiny_gguf(tmp_path_factory, "qwen2")
+    root = tmp_path_factory.mktemp("drift")
+    cfg = AdaptConfig(stream_set="a", drift_set="b", drift_at=2, n_train=4, n_heldout=1, old_sets="", interval=2,
+                      checkpoints="2", max_tokens=6, eval_max_tokens=12, eval_k=2, lr=1e-3, lora_rank=4,
+                      qtype="q8_0", out=str(root / "out"))
+    settings = Settings(target=str(target), draft=str(draft), method="omnidraft", policy="fixed", k=2, threads=2,
+                        n_ctx=512, draft_n_ctx=512, state_dir=str(root / "state"))
+    monkeypatch.setattr("omnidraft.apps.adapt.load_set", fake_set)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = run(cfg, settings, threads=2)
+    assert [p["prompts"] for p in result["curve"]] == [0, 2, 4]
+    drift = result["drift"]
+    assert drift["set"] == "b" and drift["at"] == 2 and drift["control"]["set"] == "b"
+    assert [(p["prompts"], p["kind"], p["set"]) for p in drift["curve"]] == [(0, "drift", "b"), (2, "drift", "b"),
+                                                                             (4, "drift", "b")]
+    assert len([line for line in printed.getvalue().splitlines() if line.startswith("prompt ")]) == 4
+    assert len(result["updates"]) == 2
