@@ -61,7 +61,8 @@ class AdaptConfig:
     drift_set: str = field(default="", metadata={"help": "drift: after --drift-at stream prompts the stream switches "
                                                          "to this prompt set; its held-out prompts are measured "
                                                          "beside the first set's at every evaluation"})
-    drift_at: int = field(default=0, metadata={"help": "stream prompts before the drift (0 = half of --n-train)"})
+    drift_at: int = field(default=0, metadata={"help": "stream prompts before the drift (0 = half of --n-train)",
+                                               "range": (0, 10 ** 9)})
     trainer_device: str = field(default="cpu", metadata={"help": "torch device of the trainer's steps (cpu | cuda)"})
     verify_batch: int = field(default=0, metadata={"help": "force verification batches of up to this many rows (0 = "
                                                            "the start-up plan's: on a GPU build it allows 3, which "
