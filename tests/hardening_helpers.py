@@ -4,7 +4,7 @@ The fake generator spells its answer through ``TextStream`` like the real one, s
 shows (chunks, final text) comes out of the same code path.
 
 Child: ``python tests/hardening_helpers.py OUTBOX_PATH RECORD_DELAY_S`` prints its port, then serves
-until killed.  ``build_record`` sleeps RECORD_DELAY_S, as a slow record build (or a slow disk) would.
+until killed.  A training record takes RECORD_DELAY_S to build, as a slow record build (or a slow disk) would.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class FakeGen:
     """Answers with ``answer`` (bytes, cut anywhere) after ``delay_s`` of "generation"."""
 
     policy = None
+    live_stats = None  # never stopped early by a test: the worker's own count stands in
 
     def __init__(self, answer: bytes, delay_s: float):
         self.answer, self.delay_s = answer, delay_s
@@ -63,11 +64,14 @@ class FakeGen:
 
 @dataclass
 class FakeSession:
+    """A ``server.serving.ServingSession`` without models (tests/test_serving_protocol.py checks it is one)."""
+
     answer: bytes = b"Hello, world"
     delay_s: float = 0.0
     settings: FakeSettings = field(default_factory=FakeSettings)
     drafter_version: str = "base"
-    pair: object = None
+    n_ctx: int = 64
+    record_delay_s: float = 0.0
 
     def warm_up(self, method=None, policy=None):
         return self
@@ -77,6 +81,13 @@ class FakeSession:
 
     def maybe_swap(self):
         return False
+
+    def ngram_stats(self):
+        return None
+
+    def training_record(self, final, prompt, method):
+        time.sleep(self.record_delay_s)
+        return {"id": f"rec-{time.time_ns()}", "text": final.text}
 
     def save_state(self):
         pass
@@ -126,11 +137,7 @@ def _child(outbox_path: str, record_delay_s: float) -> None:
     from omnidraft.online.outbox import Outbox
     from omnidraft.server import ServerConfig, create_app
 
-    def build_record(final, prompt, pair, method, version):
-        time.sleep(record_delay_s)
-        return {"id": f"rec-{time.time_ns()}", "text": final.text}
-
-    app = create_app(FakeSession(), ServerConfig(), outbox=Outbox(outbox_path), build_record=build_record)
+    app = create_app(FakeSession(record_delay_s=record_delay_s), ServerConfig(), outbox=Outbox(outbox_path))
     server = waitress.create_server(app, host="127.0.0.1", port=0, threads=4)
     print(server.effective_port, flush=True)
     server.run()

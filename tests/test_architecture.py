@@ -200,3 +200,15 @@ def test_modules_stay_small():
     big = {str(p): n for p in [*ROOT.rglob("*.py"), *GGUF_TOOLS.rglob("*.py")]
            if (n := len(p.read_text().splitlines())) > 400}
     assert not big, big
+
+
+def test_the_server_reads_no_ones_internals():
+    """The server asks a session and its generators only what ``server.serving`` names (issue 44): no
+    ``getattr``/``hasattr`` probing for attributes a real session has and a test's fake lacks, or the reverse."""
+    probes = []
+    for p in (ROOT / "server").glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+                probes.append(f"server/{p.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not probes, probes
+    assert "server.serving" in graph()["server.worker"]  # the rule sees the protocol in use

@@ -23,7 +23,7 @@ from omnidraft.spec.generator import Final, GenerationParams, GenerationStats
 from omnidraft.server.app import state
 from omnidraft.server.protocol import ApiError, parse_request
 from omnidraft.server.worker import Job
-from omnidraft.runtime.session import Session
+from omnidraft.runtime.pair import Swaps
 from omnidraft.vocab.textstream import Chunk
 
 PROMPT = {"prompt": "hi there", "max_tokens": 4}
@@ -207,23 +207,25 @@ def test_retry_after_stays_within_bounds():
 # ------------------------------------------ serve, through the CLI, without models
 @dataclass
 class CliSession(FakeSession):
-    """A FakeSession that reads a drafter registry the way Session does (Session.maybe_swap)."""
+    """A FakeSession that reads a drafter registry the way Session does: through the real ``Swaps``, whose
+    registry read is what the server must survive; "loading" a version records its path."""
 
     state_dir: object = None
-    registry: object = None
     loaded: list = field(default_factory=list)
+    swaps: Swaps = None
 
-    def __post_init__(self):
-        self._bad_versions, self._policies, self._predictors = set(), {}, {}
+    def made(self, settings, registry=None):
+        """What ``Session(settings, registry=...)`` returns in ``_serve``."""
+        self.swaps = Swaps(self.loaded.append, registry)
+        return self
 
-    def load_drafter(self, path):
-        self.loaded.append(path)
+    def maybe_swap(self):
+        swapped = self.swaps.maybe_swap()
+        self.drafter_version = self.swaps.version
+        return swapped
 
     def close(self):
         pass
-
-    maybe_swap = Session.maybe_swap  # the real one: its registry read is what the server must survive
-    _bad_key = Session._bad_key
 
 
 def _serve(monkeypatch, tmp_path, argv, script):
@@ -233,7 +235,7 @@ def _serve(monkeypatch, tmp_path, argv, script):
     import omnidraft.runtime.session
 
     session = CliSession(state_dir=tmp_path / "state")
-    monkeypatch.setattr(omnidraft.runtime.session, "Session", lambda settings: session)
+    monkeypatch.setattr(omnidraft.runtime.session, "Session", session.made)
     out = {}
 
     class Server:

@@ -78,7 +78,7 @@ def test_the_server_keeps_serving_and_reports_a_drafter_that_aborts_llama_cpp(de
     before = session.drafter_version
     try:
         for restart in range(2):  # the second pass: a restarted server (fresh registry view, nothing remembered)
-            session._bad_versions.clear()
+            session.swaps.forget_refusals()
             loadcheck._memo.clear()
             metrics = Metrics()
             session.registry = WatchedRegistry(DrafterRegistry(reg.root), metrics)

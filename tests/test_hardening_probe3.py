@@ -293,6 +293,7 @@ class _CachingGen:
 
     cached: list = []
     policy = None
+    live_stats = None
 
     def prompt_from_text(self, text):
         from hardening_helpers import FakePrompt
@@ -300,6 +301,9 @@ class _CachingGen:
         p = FakePrompt(text)
         p.target_ids = text.split()
         return p
+
+    def prompt_from_messages(self, msgs):
+        return self.prompt_from_text(msgs[-1]["content"])
 
     def stream(self, prompt, params):
         from omnidraft.spec.generator import Final

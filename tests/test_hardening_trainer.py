@@ -24,7 +24,7 @@ import pytest
 from omnidraft.errors import BadRequest, RegistryCorrupt
 from omnidraft.online.records import SCHEMA
 from omnidraft.online.registry import DrafterRegistry
-from omnidraft.runtime.session import Session
+from omnidraft.runtime.pair import Swaps
 
 from tests.gguf_helpers import tiny_gguf
 
@@ -331,20 +331,18 @@ def test_a_version_without_a_checksum_is_refused_like_a_mismatch(tmp_path):
 
 
 class _SwapSession:
-    """Only what Session.maybe_swap touches; load_drafter records what it was asked to load."""
-
-    maybe_swap, _refuse, _bad_key = Session.maybe_swap, Session._refuse, Session._bad_key
+    """A session's swaps (runtime.pair.Swaps, as Session holds them); loading records what it was asked to load."""
 
     def __init__(self, registry):
-        self.registry, self.drafter_version, self.pair = registry, "base", None
-        self._bad_versions, self._policies, self._predictors = set(), {}, {}
         self.loaded = []
+        self.swaps = Swaps(self.loaded.append, registry)
 
-    def load_drafter(self, path):
-        self.loaded.append(path)
+    def maybe_swap(self):
+        return self.swaps.maybe_swap()
 
-    def save_state(self):
-        pass
+    @property
+    def drafter_version(self):
+        return self.swaps.version
 
 
 def test_a_session_refuses_a_corrupted_version_and_keeps_its_drafter(tmp_path, caplog):

@@ -314,36 +314,42 @@ def test_a_new_request_lets_the_cost_policy_draft_again_after_one_where_drafting
 
 
 def test_the_session_keeps_the_guards_verdict_for_its_next_start(tmp_path):
-    """Session.save_state writes each policy's verdict under its machine/models/drafter/method key, and a new
-    policy of that method resumes from it; another method's, or a damaged file, starts fresh."""
+    """The state dir (runtime.state) keeps each policy's verdict under its machine/models/drafter/method key, and
+    a new policy of that method (runtime.policies) resumes from it; another method's, or a damaged file, starts
+    fresh."""
     from omnidraft import statefile
-    from omnidraft.runtime.session import Session
+    from omnidraft.runtime.policies import PolicyCache
+    from omnidraft.runtime.state import StateDir, guard_key
 
-    s = Session.__new__(Session)  # the two methods under test need only these fields
-    s.state_dir, s.drafter_version, s._policies, s.cost_model = tmp_path, "base", {}, None
-    s.pair = type("Pair", (), {"cache": type("C", (), {"save": lambda self, p: None})(),
-                               "bridge": type("B", (), {"draft_fp": "d", "target_fp": "t"})()})()
-    s._predictors, s._cost_key, s._saved_verdicts = {}, lambda: "machine|build|models", {}
-    s._predictor = lambda method: None
-    s._warm_costs = lambda: type("CM", (), {"t_verify": {1: 0.002}, "t_draft": 0.001})()
-    pol = s.policy("omnidraft", PolicyConfig(name="cost", k=4))
+    state, key = StateDir(str(tmp_path)), "machine|build|models"
+    pair = type("Pair", (), {"cache": type("C", (), {"save": lambda self, p: None})(),
+                             "bridge": type("B", (), {"draft_fp": "d", "target_fp": "t"})()})()
+    cost = type("CM", (), {"t_verify": {1: 0.002}, "t_draft": 0.001})()
+
+    def policies():  # as a session makes its cache (a new one: a new process, or a swap)
+        return PolicyCache(lambda: cost, lambda method: None, lambda m: state.verdict(guard_key(key, "base", m)))
+
+    def save(cache):  # as Session.save_state does
+        state.save(pair, "base", key, cache.predictors(), cache.policies())
+
+    cache = policies()
+    pol = cache.get("omnidraft", PolicyConfig(name="cost", k=4))
     pol.guard.resume({"ratio": 0.8, "spell": 128, "rates": [40.0, 50.0]})
-    s.save_state()
+    save(cache)
     kept = {"ratio": 0.8, "spell": 128, "rates": [40.0, 50.0]}
     assert statefile.read(tmp_path / "guard.json", "machine|build|models|base|omnidraft") == kept
-    s._policies = {}
-    resumed = s.policy("omnidraft", PolicyConfig(name="cost", k=4)).guard
+    cache = policies()
+    resumed = cache.get("omnidraft", PolicyConfig(name="cost", k=4)).guard
     assert resumed.stats.resumed and resumed.stats.last_rates == (40.0, 50.0)
-    assert not s.policy("hybrid", PolicyConfig(name="cost", k=4)).guard.stats.resumed
+    assert not cache.get("hybrid", PolicyConfig(name="cost", k=4)).guard.stats.resumed
     (tmp_path / "guard.json").unlink()
-    s.save_state()  # a server saves after every request: a verdict it wrote already is not written again
+    save(cache)  # a server saves after every request: a verdict it wrote already is not written again
     assert not (tmp_path / "guard.json").exists()
     resumed.resume({"ratio": 0.7, "spell": 256})
-    s.save_state()
+    save(cache)
     assert statefile.read(tmp_path / "guard.json", "machine|build|models|base|omnidraft")["ratio"] == 0.7
     (tmp_path / "guard.json").write_text("{not json")
-    s._policies = {}
-    assert not s.policy("omnidraft", PolicyConfig(name="cost", k=4)).guard.stats.resumed
+    assert not policies().get("omnidraft", PolicyConfig(name="cost", k=4)).guard.stats.resumed
 
 
 def test_the_generator_feeds_the_guard_and_an_unpriced_drafter_cost_stops_drafting(default_session,

@@ -31,6 +31,7 @@ class _Prompt:
 
 class _Gen:
     policy = None
+    live_stats = None
 
     def prompt_from_text(self, text):
         if "overflow" in text:
@@ -51,7 +52,7 @@ class _Gen:
 class _Session:
     settings: _Settings = field(default_factory=_Settings)
     drafter_version: str = "v7"
-    pair: object = None
+    n_ctx: int = 64
     saved: int = 0
 
     def warm_up(self, method=None, policy=None):
@@ -62,6 +63,12 @@ class _Session:
 
     def maybe_swap(self):
         return False
+
+    def ngram_stats(self):
+        return None
+
+    def training_record(self, final, prompt, method):
+        return {"text": final.text, "v": self.drafter_version}
 
     def save_state(self):
         self.saved += 1
@@ -76,6 +83,9 @@ class _Outbox:
             raise OSError("disk full")
         self.items.append(rec)
 
+    def close(self):
+        pass
+
 
 @pytest.fixture
 def make(tmp_path):
@@ -83,11 +93,9 @@ def make(tmp_path):
 
     def _make(**kw):
         outbox = kw.pop("outbox", None)
-        session = _Session()
-        if "registry" in kw:
-            session.registry = kw.pop("registry")
-        app = create_app(session, ServerConfig(app_dir=str(tmp_path / "app"), **kw), outbox=outbox,
-                         build_record=lambda final, prompt, pair, method, ver: {"text": final.text, "v": ver})
+        registry = kw.pop("registry", None)
+        app = create_app(_Session(), ServerConfig(app_dir=str(tmp_path / "app"), **kw), outbox=outbox,
+                         registry=registry)
         apps.append(app)
         return app.test_client()
 

@@ -102,7 +102,7 @@ class BenchContext:
         self.same_pair: PairContext | None = None
         drafters = {"draft": self.pair.draft}
         if same_vocab_draft:
-            self.same_pair = session.open_pair(same_vocab_draft, persistent=False)
+            self.same_pair = session.models.open_pair(same_vocab_draft, persistent=False)
             drafters["same"] = self.same_pair.draft
         # timed on first use, not here: `bench peer` builds a context and never prices anything
         self.costs = CostSampler(session.target, session.max_verify_batch, drafters)

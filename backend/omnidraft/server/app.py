@@ -11,11 +11,13 @@ text so far is returned (or the stream finished) with ``finish_reason: "length"`
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from flask import Flask, Response, jsonify, redirect, request, send_from_directory
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
@@ -25,6 +27,7 @@ from omnidraft.vocab.textstream import Chunk
 from .config import ServerConfig
 from .metrics import Metrics
 from .protocol import ApiError, Request, chunk, draft_spans, full_response, parse_request, usage, usage_chunk
+from .serving import ServingSession
 from .worker import ClientGone, Done, EngineWorker, Job, TimedOut
 
 log = logging.getLogger(__name__)
@@ -32,9 +35,16 @@ log = logging.getLogger(__name__)
 STATE_KEY = "omnidraft"
 
 
+class HeldOut(Protocol):
+    """The drafter registry as /v1/omnidraft/stats reads it (``server.cli.WatchedRegistry``)."""
+
+    def evaluations(self) -> list[dict]:
+        """Held-out measurements of the drafter versions (``omnidraft adapt`` writes them); never raises."""
+
+
 @dataclass
 class ServerState:
-    session: object
+    session: ServingSession
     config: ServerConfig
     metrics: Metrics
     worker: EngineWorker
@@ -43,32 +53,34 @@ class ServerState:
     uploader: object = None
     outbox: object = None
     hosts: httpguard.HostPolicy = field(default_factory=httpguard.HostPolicy)  # DNS rebinding: httpguard
+    registry: HeldOut | None = None  # the drafter registry the session swaps from, if any
 
 
 def state(app: Flask) -> ServerState:
     return app.extensions[STATE_KEY]
 
 
-def model_ids(session) -> tuple[str, ...]:
+def model_ids(session: ServingSession) -> tuple[str, ...]:
     """The served model's id (the target's short name or file stem), then accepted aliases."""
     target = session.settings.target
     main = Path(target).stem if target.endswith(".gguf") else target
     return tuple(dict.fromkeys([main, target, "omnidraft"]))
 
 
-def create_app(session, config: ServerConfig | None = None, outbox=None, build_record=None,
-               uploader=None, start_worker: bool = True) -> Flask:
-    """Build the app around a loaded Session; starts the engine worker thread."""
+def create_app(session: ServingSession, config: ServerConfig | None = None, outbox=None, uploader=None,
+               start_worker: bool = True, metrics: Metrics | None = None, registry: HeldOut | None = None) -> Flask:
+    """Build the app around a loaded session; starts the engine worker thread.  ``outbox``: where training
+    records go; ``metrics``: the server's (made here if None; ``server.cli`` makes them first, for the
+    registry's problems); ``registry``: the drafter registry whose held-out measurements the stats show."""
     config = config or ServerConfig()
     app = Flask("omnidraft.server")
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_kb * 1024
     app.json.sort_keys = False
-    metrics = Metrics(config.history)
-    worker = EngineWorker(session, metrics, config.queue_size, config.save_every, outbox, build_record)
-    n_ctx = int(getattr(getattr(session, "target", None), "n_ctx", session.settings.n_ctx))
+    metrics = metrics or Metrics(config.history)
+    worker = EngineWorker(session, metrics, config.queue_size, config.save_every, outbox)
     hosts = httpguard.HostPolicy.for_server(config.host, config.allowed_host, config.cors_origin)
-    app.extensions[STATE_KEY] = ServerState(session, config, metrics, worker, model_ids(session), n_ctx,
-                                            uploader, outbox, hosts)
+    app.extensions[STATE_KEY] = ServerState(session, config, metrics, worker, model_ids(session), session.n_ctx,
+                                            uploader, outbox, hosts, registry)
     _install_hooks(app)
     _install_routes(app)
     if start_worker:
@@ -86,18 +98,11 @@ def shutdown(app: Flask) -> None:
             st.uploader.stop()
         except Exception:  # noqa: BLE001
             log.exception("stopping the uploader failed")
-    if st.outbox is not None and hasattr(st.outbox, "close"):
+    if st.outbox is not None:
         try:
             st.outbox.close()
         except Exception:  # noqa: BLE001
             log.exception("closing the outbox failed")
-
-
-def _heldout(session) -> list[dict]:
-    """Held-out measurements of the drafter versions (``omnidraft adapt`` writes them into the registry the
-    server swaps from): the Learning tab's held-out curve.  [] without a registry."""
-    registry = getattr(session, "registry", None)
-    return registry.evaluations() if hasattr(registry, "evaluations") else []
 
 
 # ---------------------------------------------------------------- hooks
@@ -193,8 +198,8 @@ def _arrived(disconnected) -> float:
     """When waitress queued this request (stamped on its channel by server.cli.build_server), else now.
 
     The stamp is taken once: a request pipelined behind it on the same connection counts from now."""
-    channel = getattr(disconnected, "__self__", None)
-    stamp = channel.__dict__.pop("omnidraft_arrived", None) if hasattr(channel, "__dict__") else None
+    channel = disconnected.__self__ if inspect.ismethod(disconnected) else None  # waitress's channel
+    stamp = vars(channel).pop("omnidraft_arrived", None) if channel is not None else None
     return min(stamp, time.monotonic()) if isinstance(stamp, float) else time.monotonic()
 
 
@@ -257,7 +262,10 @@ def _install_routes(app: Flask) -> None:
         st = state(app)
         view = st.metrics.stats_view(limit if limit and limit > 0 else None)
         s = st.session.settings  # the pair, for the app's header
-        view.update(target=s.target, draft=s.draft, method=s.method, heldout=_heldout(st.session))
+        # the held-out measurements of the drafter versions (``omnidraft adapt`` writes them into the registry
+        # the server swaps from): the Learning tab's held-out curve
+        view.update(target=s.target, draft=s.draft, method=s.method,
+                    heldout=st.registry.evaluations() if st.registry is not None else [])
         return jsonify(view)
 
     @app.get("/")

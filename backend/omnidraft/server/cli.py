@@ -82,18 +82,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     cfg = checked_config(args)  # a bad flag stops here (omnidraft.apps.cli.main prints it, exit 2), before loading
     from omnidraft.online.outbox import Outbox, Uploader
-    from omnidraft.online.records import build_record
     from omnidraft.online.registry import DrafterRegistry
+    from .metrics import Metrics
 
-    record_fns = (Outbox, Uploader, build_record) if cfg.trainer_url else None
-
-    registry = DrafterRegistry(cfg.registry) if cfg.registry else None  # a bad path stops here, before measuring
-    session = Session(dataclass_from_args(Settings, args))
+    record_fns = (Outbox, Uploader) if cfg.trainer_url else None
+    metrics = Metrics(cfg.history)  # the registry's problems show in /v1/omnidraft/stats
+    # a bad registry path stops here, before measuring
+    registry = WatchedRegistry(DrafterRegistry(cfg.registry), metrics) if cfg.registry else None
+    session = Session(dataclass_from_args(Settings, args), registry=registry)
     try:
-        if registry is not None:
-            session.registry = WatchedRegistry(registry)
         session.warm_up()  # load and time now, so the first request does not pay for it
-        return _serve(session, cfg, record_fns)
+        return _serve(session, cfg, record_fns, metrics, registry)
     finally:
         session.close()
 
@@ -109,7 +108,7 @@ class WatchedRegistry:
 
     def __init__(self, registry, metrics=None):
         self.registry = registry
-        self.metrics = metrics  # set once the app exists (_serve)
+        self.metrics = metrics  # where problems show (/v1/omnidraft/stats "problems"); None: only logged
         self._logged: set[str] = set()
 
     def current(self):
@@ -162,19 +161,17 @@ def build_server(app, cfg, limits=None):
     return build(app, cfg, limits)
 
 
-def _serve(session, cfg, record_fns) -> int:
-    from .app import create_app, shutdown, state
+def _serve(session, cfg, record_fns, metrics, registry) -> int:
+    from .app import create_app, shutdown
 
-    outbox = uploader = build_record = None
+    outbox = uploader = None
     if record_fns is not None:
-        outbox_cls, uploader_cls, build_record = record_fns
+        outbox_cls, uploader_cls = record_fns
         session.state_dir.mkdir(parents=True, exist_ok=True)
         outbox = outbox_cls(session.state_dir / "outbox.sqlite", OUTBOX_MAX_BYTES)
         uploader = uploader_cls(outbox, cfg.trainer_url, token=cfg.trainer_token or _default_trainer_token())
         uploader.start()
-    app = create_app(session, cfg, outbox=outbox, build_record=build_record, uploader=uploader)
-    if isinstance(session.registry, WatchedRegistry):
-        session.registry.metrics = state(app).metrics  # its problems show in /v1/omnidraft/stats
+    app = create_app(session, cfg, outbox=outbox, uploader=uploader, metrics=metrics, registry=registry)
     server = build_server(app, cfg)
 
     def _stop(signum, frame):

@@ -263,7 +263,7 @@ def parse_request(body, kind: str, n_ctx: int, model_ids: tuple[str, ...]) -> Re
 def usage(stats) -> dict:
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.completion_tokens,
             "total_tokens": stats.prompt_tokens + stats.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": getattr(stats, "reused_tokens", 0)}}
+            "prompt_tokens_details": {"cached_tokens": stats.reused_tokens}}
 
 
 def _head(req: Request, obj: str) -> dict:

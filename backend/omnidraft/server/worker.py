@@ -23,6 +23,7 @@ from omnidraft.spec.generator import Final
 from omnidraft.spec.stats import GenerationStats
 from .metrics import Metrics
 from .protocol import ApiError, Request
+from .serving import ServingGenerator, ServingSession
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +100,14 @@ class Job:
 
 
 class EngineWorker:
-    def __init__(self, session, metrics: Metrics, queue_size: int = 16, save_every: int = 50,
-                 outbox=None, build_record: Callable | None = None):
+    def __init__(self, session: ServingSession, metrics: Metrics, queue_size: int = 16, save_every: int = 50,
+                 outbox=None):
+        """``outbox``: where each answer's training record goes (``online.outbox.Outbox``; None: nowhere)."""
         self.session = session
         self.metrics = metrics
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max(1, queue_size))
         self.save_every = save_every
-        self.outbox, self.build_record = outbox, build_record
+        self.outbox = outbox
         self.current: Job | None = None
         self._stop = threading.Event()
         self._served = 0
@@ -193,15 +195,15 @@ class EngineWorker:
         version = s.drafter_version
         # The training record is committed before the client sees the end of its answer: a server
         # killed right after a 200 must not lose it (one SQLite commit, about a millisecond).
-        self._to_outbox(final, prompt, method, version)
+        self._to_outbox(final, prompt, method)
         job.events.put(Done(final, method, version))
-        ngram = s.pair.cache.stats() if s.pair is not None else None
-        self.metrics.record_generation(final.stats, method, version, final.finish_reason, job.endpoint, ngram)
+        self.metrics.record_generation(final.stats, method, version, final.finish_reason, job.endpoint,
+                                       s.ngram_stats())
         self._served += 1
         if self.save_every and self._served % self.save_every == 0:
             self._save()
 
-    def _generate(self, job: Job, gen, prompt, params, method: str) -> Final | None:
+    def _generate(self, job: Job, gen: ServingGenerator, prompt, params, method: str) -> Final | None:
         it = gen.stream(prompt, params)
         text: list[str] = []
         try:
@@ -222,10 +224,10 @@ class EngineWorker:
             it.close()  # abandoning the stream is safe: the next request resets the target context
         return None
 
-    def _timed_out(self, job: Job, gen, prompt, method: str, text: str) -> None:
+    def _timed_out(self, job: Job, gen: ServingGenerator, prompt, method: str, text: str) -> None:
         """Answer with the text so far; its usage and /metrics count the tokens produced until now."""
         self.metrics.bump("timeouts")
-        live = getattr(gen, "live_stats", None)  # counted by the generator every step
+        live = gen.live_stats  # the counts the generator publishes every step, copied as they stand
         stats = dataclasses.replace(live) if live is not None else \
             GenerationStats(method, prompt_tokens=len(prompt.target_ids))
         if not self._shared:
@@ -234,18 +236,17 @@ class EngineWorker:
         job.events.put(TimedOut(text, method, version, stats))
         self.metrics.record_generation(stats, method, version, "length", job.endpoint, None, timed_out=True)
 
-    def _to_outbox(self, final: Final, prompt, method: str, version: str) -> None:
-        if self.outbox is None or self.build_record is None:
+    def _to_outbox(self, final: Final, prompt, method: str) -> None:
+        if self.outbox is None:
             return
         try:
-            self.outbox.put(self.build_record(final, prompt, self.session.pair, method, version))
+            self.outbox.put(self.session.training_record(final, prompt, method))
         except Exception:  # noqa: BLE001 - a training record must never fail a response
             self.metrics.bump("outbox_failures")
             log.exception("training record not queued")
 
     def _publish_state(self) -> None:
-        s = self.session
-        self.metrics.set_state(s.drafter_version, s.pair.cache.stats() if s.pair is not None else None)
+        self.metrics.set_state(self.session.drafter_version, self.session.ngram_stats())
 
     def _save(self) -> None:
         try:
