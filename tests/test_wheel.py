@@ -31,7 +31,7 @@ import omnidraft
 from omnidraft.server import ServerConfig, create_app
 from omnidraft.server.config import DEFAULT_APP_DIR
 session = SimpleNamespace(settings=SimpleNamespace(target="fake-target", draft="fake-draft", method="omnidraft",
-                                                   n_ctx=64), drafter_version="v0")
+                                                   n_ctx=64), drafter_version="v0", n_ctx=64)
 app = create_app(session, ServerConfig(), start_worker=False)
 srv = create_server(app, host="127.0.0.1", port=0, threads=2)
 print(json.dumps({"module": omnidraft.__file__, "app_dir": str(DEFAULT_APP_DIR),
