@@ -27,6 +27,16 @@ def tiny_llama(tmp_path_factory):
     return tiny_gguf(tmp_path_factory, "llama")  # built once a session, shared with test_distill
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tiny_llama, tmp_path_factory):
+    """(data, history): ``distill train`` on 2 ranks over _tiny_data(n_ex=20), run once for the two tests that
+    compare one process against it (the same data and config in both; a torchrun costs two torch start-ups)."""
+    tmp = tmp_path_factory.mktemp("two-ranks")
+    data = _tiny_data(tmp / "data.npz", 32000, n_ex=20)  # 15 training examples: 8 groups of <= 80 tokens
+    torchrun("train", _train_cfg(data, tiny_llama, tmp / "two"))
+    return data, tmp / "two" / "first1"
+
+
 @contextlib.contextmanager
 def one_thread():
     """The reference run in this process uses one thread, as each torchrun rank does (OMP_NUM_THREADS=1)."""
@@ -108,15 +118,14 @@ def _train_cfg(data, gguf, out, **kw) -> TrainConfig:
     return TrainConfig(**{**base, **kw})
 
 
-def test_two_ranks_take_half_the_steps_and_learn_like_the_doubled_batch(tiny_llama, tmp_path):
-    data = _tiny_data(tmp_path / "data.npz", 32000, n_ex=20)  # 15 training examples: 8 groups of <= 80 tokens
+def test_two_ranks_take_half_the_steps_and_learn_like_the_doubled_batch(tiny_llama, two_ranks, tmp_path):
+    data, two_dir = two_ranks
     with one_thread():
         one = train(_train_cfg(data, tiny_llama, tmp_path / "one", max_steps=1), progress=False)
         # one rank with twice the tokens per step: what one global step of two ranks is
         big = train(_train_cfg(data, tiny_llama, tmp_path / "big", batch_tokens=160), progress=False)
-    torchrun("train", _train_cfg(data, tiny_llama, tmp_path / "two"))
-    two = json.loads((tmp_path / "two" / "first1" / "history.json").read_text())
-    assert sorted(p.name for p in (tmp_path / "two" / "first1").iterdir()) == ["history.json", "trained-00.npz"]
+    two = json.loads((two_dir / "history.json").read_text())
+    assert sorted(p.name for p in two_dir.iterdir()) == ["history.json", "trained-00.npz"]
     assert (one["world"], two["world"]) == (1, 2)
     assert one["steps"] == 80 and two["steps"] == big["steps"] == 40 and len(two["train"]) == 40
     # the same positions in all: 10 epochs, one group per rank per global step
@@ -189,14 +198,13 @@ def test_sharded_teacher_equals_one_process(tiny_llama, tmp_path):
     assert m2["positions"] == m1["positions"] and m1["examples"] == 14
 
 
-def test_accumulating_two_groups_on_one_rank_retraces_two_ranks(tiny_llama, tmp_path):
+def test_accumulating_two_groups_on_one_rank_retraces_two_ranks(tiny_llama, two_ranks, tmp_path):
     """world x accum groups a step: one rank with accum=2 sees each step's data of two ranks and, with the mean of
     the two gradients, follows the same trajectory (the scaling runs rely on it to compare 1, 2, 4 GPUs)."""
-    data = _tiny_data(tmp_path / "data.npz", 32000, n_ex=20)
+    data, two_dir = two_ranks
     with one_thread():
         acc = train(_train_cfg(data, tiny_llama, tmp_path / "acc", accum=2), progress=False)
-    torchrun("train", _train_cfg(data, tiny_llama, tmp_path / "two"))
-    two = json.loads((tmp_path / "two" / "first1" / "history.json").read_text())
+    two = json.loads((two_dir / "history.json").read_text())
     assert acc["steps"] == two["steps"] == 40 and acc["accum"] == 2
     assert [r["positions"] for r in acc["train"]] == [r["positions"] for r in two["train"]]
     for a, b in zip(acc["train"][:10], two["train"][:10]):
@@ -286,7 +294,7 @@ def test_device_pipeline_script_runs_end_to_end_on_cpu_ranks(tiny_llama, tmp_pat
     _tiny_texts(w / "texts.npz", 32000, n_texts=16, n_prompts=8)
     env = dict(os.environ, W=str(w), SITE=str(tmp_path / "site"), QWEN=str(tiny_llama), SMOL=str(tiny_llama),
                INIT=str(tiny_llama), DEV="cpu", NPROC="2", MICRO="256", TRAIN_MIN="0.2", SCALE_STEPS="2",
-               CHOICE="first1", PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+               CHOICE="first1", POLL="1", PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     script = str(ROOT / "scripts" / "device" / "distill_device.sh")
     subprocess.run(["bash", script, "bg", "dry", "pipeline"], cwd=ROOT, env=env, check=True, timeout=30)
     res = subprocess.run(["bash", script, "wait", "dry", "240", "[pipeline] all done"], cwd=ROOT, env=env,

@@ -270,7 +270,9 @@ def test_a_hundred_slow_clients_leave_room_for_health():
 
 # ---------------------------------------------------------------------- the soak
 def test_soak_hang_ups_and_slow_headers_never_block_health():
-    """20 s of hang-ups (disconnect after 0.3 s) and slow-header clients; /health polled all along."""
+    """10 s of hang-ups (disconnect after 0.3 s) and slow-header clients; /health polled all along.  10 s, not
+    the 20 it was: the counts asserted below are met with room at 10 (about 90 polls for > 50, 6 hang-up threads
+    at about 3 a second each for > 100, each slow client cut by the 2 s header timeout 4 times for one)."""
     from omnidraft.server.net import NetLimits
 
     cfg = ServerConfig(port=0, queue_size=4)
@@ -287,7 +289,7 @@ def test_soak_hang_ups_and_slow_headers_never_block_health():
         for w in workers:
             w.start()
         try:
-            end = time.monotonic() + 20
+            end = time.monotonic() + 10
             while time.monotonic() < end:
                 lat.append(_health_s(port, timeout=2.0))
                 time.sleep(0.1)
