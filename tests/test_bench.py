@@ -9,10 +9,16 @@ import pytest
 from omnidraft.assets import prompts
 
 
+# tests/test_prompt_sets.py loads these twice and compares ids, prompts and splits: one load each here
+CHECKED_THERE = {"stubs", "code-other", "nl", "chat-fresh"}
+
+
 def test_prompt_sets_are_deterministic_and_split_by_module():
     for name in prompts.SETS:
-        a, b = prompts.load(name, seed=0), prompts.load(name, seed=0)
-        assert [i.id for i in a.items] == [i.id for i in b.items]
+        a = prompts.load(name, seed=0)
+        if name not in CHECKED_THERE:  # code-other's second load was 2-5 s of this test
+            b = prompts.load(name, seed=0)
+            assert [i.id for i in a.items] == [i.id for i in b.items]
         assert a.split("stream") and a.split("heldout")
         assert a.licence and a.source
     code = prompts.load("stdlib-code")
