@@ -3,6 +3,7 @@ that pay" quotes (a noisy 2-core VM: only passes alternated in one process compa
 
     .venv/bin/python scripts/lab/decode_t1.py drafters FILE...   # fast-mode engines, passes alternated (200 rounds)
     .venv/bin/python scripts/lab/decode_t1.py modes FILE         # one file, exact and fast engines alternated
+    .venv/bin/python scripts/lab/decode_t1.py passes FILE        # the same, T(n) for n = 1, 2, 4, 8 (2 threads)
     .venv/bin/python scripts/lab/decode_t1.py llama FILE         # llama-cpp-python's own Llama.eval (run it with
                                                                  # PYTHONPATH=<upstream build> for the peer)
     .venv/bin/python scripts/lab/decode_t1.py coverage           # held-out prompt tokens inside 4k..32k heads
@@ -71,13 +72,35 @@ def coverage() -> None:
             print(name, len(ids), {k: round(float((pos[ids] < k).mean()), 4) for k in (4096, 8192, 16384, 32768)})
 
 
+def passes(name: str, rounds: int = 12) -> None:
+    """T(1) and T(n)/T(1) for n = 2, 4, 8 of one file's exact and fast engines, passes alternated."""
+    engs = engines([name], ("exact", "fast"))  # 2 threads
+    prompt = next(iter(engs.values())).tokenize(PROMPT)
+    for e in engs.values():
+        e.decode(prompt)
+    times = {(k, n): [] for k in engs for n in (1, 2, 4, 8)}
+    for r in range(rounds):
+        for n in (1, 2, 4, 8):
+            for k, e in engs.items():
+                t = time.perf_counter()
+                e.decode(prompt[r % 7: r % 7 + n], "all")
+                times[(k, n)].append(time.perf_counter() - t)
+                e.rollback(len(prompt))
+    for k in engs:
+        t1 = statistics.median(times[(k, 1)]) * 1e3
+        rel = ", ".join(f"T({n}) {statistics.median(times[(k, n)]) * 1e3 / t1:.2f}x" for n in (2, 4, 8))
+        print(f"{k:45s} T(1) {t1:.1f} ms, {rel}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("drafters", "modes", "llama", "coverage"))
+    ap.add_argument("what", choices=("drafters", "modes", "passes", "llama", "coverage"))
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     if a.what == "coverage":
         coverage()
+    elif a.what == "passes":
+        passes(a.files[0])
     elif a.what == "llama":
         print(f"Llama.eval T(1) median {llama_t1(a.files[0]):.2f} ms")
     else:
