@@ -34,6 +34,7 @@ installed, so: standard library (plus llama_cpp for ``check``) only.
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import hashlib
 import os
@@ -122,22 +123,34 @@ def cmake_args(tier: str = "native", flags: set[str] | None = None) -> list[str]
 
 
 # ------------------------------------------------------------- the installed build
-def _cpu_lib():
+def _lib_paths(stem: str) -> list[str]:
+    """The installed llama-cpp-python's copies of ``stem`` (``libggml-cpu.so``, ``libllama.so``), sorted."""
     import llama_cpp
 
-    libs = glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so*"))
-    return ctypes.CDLL(sorted(libs)[0]) if libs else None
+    return sorted(glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", stem + "*")))
+
+
+def _cpu_lib():
+    libs = _lib_paths("libggml-cpu.so")
+    return ctypes.CDLL(libs[0]) if libs else None
+
+
+@functools.lru_cache(maxsize=None)
+def _build_stamp(path: str | None) -> str:
+    if path is None:
+        return "no-cpu-lib"
+    st = os.stat(os.path.realpath(path))
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def build_id() -> str:
     """The installed llama.cpp build as measurement caches key it: the version, the CPU library's size and
-    time (a rebuild with new kernels changes what a mode computes and how fast), and OMNIDRAFT_SBQ4."""
+    time (a rebuild with new kernels changes what a mode computes and how fast), and OMNIDRAFT_SBQ4.
+    The library is stat'ed once per process: a rebuild replaces it under a new process (setup, check)."""
     import llama_cpp
 
-    libs = sorted(glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-cpu.so*")))
-    st = os.stat(os.path.realpath(libs[0])) if libs else None
-    lib = f"{st.st_size}:{st.st_mtime_ns}" if st else "no-cpu-lib"
-    return f"{llama_cpp.__version__}:{lib}:sbq4-{'off' if _sbq4_off() else 'on'}"
+    libs = _lib_paths("libggml-cpu.so")
+    return f"{llama_cpp.__version__}:{_build_stamp(libs[0] if libs else None)}:sbq4-{'off' if _sbq4_off() else 'on'}"
 
 
 def has_frhead() -> bool:
@@ -146,7 +159,7 @@ def has_frhead() -> bool:
         import llama_cpp
     except Exception:  # noqa: BLE001 - no llama.cpp: no patch
         return False
-    for lib in glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libllama.so*")):
+    for lib in _lib_paths("libllama.so"):
         with open(lib, "rb") as f:
             if FRHEAD_MARK in f.read():
                 return True

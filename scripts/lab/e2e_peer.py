@@ -1,0 +1,124 @@
+"""The default generation against plain llama-cpp-python, processes alternated (issue 41).
+
+The product and the peer cannot share a process: the peer is llama-cpp-python as pip builds it (no patch),
+whose ggml libraries clash with the patched ones.  So each round runs, per target, one `omnidraft bench run`
+on this build (the target alone, fixed k = 4 and the default cost policy, interleaved per prompt) and one on
+the upstream build with `--peer` (its target alone and `Llama.create_completion`, all cores), then the other
+order in the next round.  Machine drift between rounds shows as the spread of the product's own target-alone
+figures, which both runs measure.
+
+    python scripts/lab/e2e_peer.py --peer-path /tmp/upstream --targets qwen2.5-coder-1.5b \\
+        --sets humaneval,code-other,chat-fresh --rounds 2 --out results/issue41/e2e-peer
+
+Writes each run's JSON and Markdown under OUT/runs/, and OUT/summary.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DEFAULT = "hybrid adaptive"  # what `omnidraft generate` runs: the cost policy, k <= 4
+
+
+def cpu_flags() -> str:
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    keep = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+    return f"{model or platform.processor()}, {os.cpu_count()} cores, " + " ".join(f for f in keep if f in flags)
+
+
+def bench(target: str, args, out: Path, peer: bool) -> Path:
+    """One `omnidraft bench run`; returns the JSON it wrote."""
+    cmd = [sys.executable, "-c", "from omnidraft.apps.cli import main; main()", "bench", "run", "--targets", target, "--sets", args.sets,
+           "--n", str(args.n), "--max-tokens", str(args.max_tokens), "--no-gamma", "--no-progress",
+           "--no-plots", "--out", str(out)]
+    cmd += ["--methods", "target", "--peer"] if peer else ["--methods", "target,hybrid", "--ks", "4"]
+    env = dict(os.environ)
+    if peer:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (args.peer_path, env.get("PYTHONPATH")) if p)
+    before = set(out.glob("*.json")) if out.exists() else set()
+    print("+", "PYTHONPATH=" + args.peer_path if peer else "", "omnidraft", " ".join(cmd[3:]), flush=True)
+    subprocess.run(cmd, env=env, check=True)
+    (new,) = set(out.glob("*.json")) - before
+    return new
+
+
+def rows(path: Path, side: str) -> list[dict]:
+    data = json.loads(path.read_text())
+    found = []
+    for run in data["runs"]:
+        for name, res in run["results"].items():
+            found.append({"side": side, "target": run["target"], "set": run["set"]["name"], "config": name,
+                          "tok_s": res["tokens_per_s"], "tau": res["tau"], "kernels": run["kernels"]["mode"],
+                          "same_output": res.get("same_output_as_target"), "file": str(path)})
+    return found
+
+
+def summarize(found: list[dict]) -> list[dict]:
+    table = []
+    for target in dict.fromkeys(r["target"] for r in found):
+        for name in dict.fromkeys(r["set"] for r in found if r["target"] == target):
+            pick = lambda side, config: [r["tok_s"] for r in found if (r["target"], r["set"], r["side"],
+                                                                       r["config"]) == (target, name, side, config)]
+            own, default = pick("product", "target"), pick("product", DEFAULT)
+            peer, peer_own = pick("peer", "llama-cpp-python"), pick("peer", "target")
+            k4 = pick("product", "hybrid k=4")
+            same = all(r["same_output"] in (True, None) for r in found if (r["target"], r["set"]) == (target, name))
+            m = statistics.mean
+            table.append({"target": target, "set": name, "rounds": len(default), "target_alone": m(own),
+                          "target_alone_spread": [min(own), max(own)], "default": m(default), "k4": m(k4),
+                          "peer": m(peer), "upstream_target_alone": m(peer_own),
+                          "default_vs_target": m(default) / m(own), "default_vs_peer": m(default) / m(peer),
+                          "target_vs_peer": m(own) / m(peer), "same_output": same})
+    return table
+
+
+def markdown(table: list[dict], meta: dict) -> str:
+    lines = [f"# Default generation against plain llama-cpp-python ({meta['date']})", "",
+             f"CPU: {meta['cpu']}", f"Command: `{meta['command']}`", "",
+             "| target | set | rounds | target alone tok/s (min-max) | default tok/s | k=4 tok/s | plain llama-cpp-python "
+             "tok/s | default / target alone | default / plain | target alone / plain | same output |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        lines.append(f"| {r['target']} | {r['set']} | {r['rounds']} | {r['target_alone']:.1f} "
+                     f"({r['target_alone_spread'][0]:.1f}-{r['target_alone_spread'][1]:.1f}) | {r['default']:.1f} | "
+                     f"{r['k4']:.1f} | {r['peer']:.1f} | **{r['default_vs_target']:.2f}x** | "
+                     f"**{r['default_vs_peer']:.2f}x** | {r['target_vs_peer']:.2f}x | "
+                     f"{'yes' if r['same_output'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--peer-path", required=True, help="directory holding plain llama-cpp-python (pip --target)")
+    ap.add_argument("--targets", default="qwen2.5-coder-1.5b", help="comma-separated target models")
+    ap.add_argument("--sets", default="humaneval,code-other,chat-fresh", help="held-out prompt sets")
+    ap.add_argument("--n", type=int, default=6, help="prompts per set")
+    ap.add_argument("--max-tokens", type=int, default=64, help="tokens per prompt")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds; the order flips each round")
+    ap.add_argument("--out", type=Path, default=Path("results/e2e-peer"), help="output directory")
+    args = ap.parse_args()
+    found = []
+    for r in range(args.rounds):
+        for target in args.targets.split(","):
+            for peer in ((False, True) if r % 2 == 0 else (True, False)):
+                side = "peer" if peer else "product"
+                found += rows(bench(target, args, args.out / "runs" / side, peer), side)
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_flags(), "command": " ".join(sys.argv),
+            "load_average": os.getloadavg()}
+    table = summarize(found)
+    (args.out / "summary.json").write_text(json.dumps({"meta": meta, "table": table, "runs": found}, indent=1))
+    (args.out / "summary.md").write_text(markdown(table, meta))
+    print(markdown(table, meta))
+
+
+if __name__ == "__main__":
+    main()
