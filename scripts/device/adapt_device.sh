@@ -12,7 +12,9 @@
 #              ".devxfer/adapt/part000"])            the CUDA build starts detached; part 0 kept
 #          run(command="bash scripts/device/device_xfer.sh recv adapt", carry=[".devxfer/adapt/partNNN"])  each part
 #          run(command="bash scripts/device/adapt_device.sh go RUN...")   waits for the build, joins the models,
-#                                                    starts the streams detached (RUN: code | code-dm | chat)
+#                                                    starts the streams detached, spread over the GPUs
+#                                                    (RUN: code | code-dm | chat | code-lr3e5 | code-ep1 |
+#                                                    code-recent256 | code-lora)
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
 #   here:  scripts/device/device_tree.sh restore     (right after the last part: before any commit)
@@ -92,6 +94,11 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     code) echo "--scenario unseen-code --stream-set $s/stdlib-code.json --eval-set $s/humaneval.json $common" ;;
     code-dm) echo "--scenario unseen-code --lam 0 --stream-set $s/stdlib-code.json --eval-set $s/humaneval.json $common" ;;
     chat) echo "--scenario unseen-chat --stream-set $s/chat-long.json --eval-set $s/chat-long.json $common" ;;
+    # why the unseen-code curve fell after 128 requests (fourth session): one setting changed each, `code` beside
+    code-lr3e5) echo "$(run_flags code) --lr 3e-5" ;;
+    code-ep1) echo "$(run_flags code) --epochs 1" ;;
+    code-recent256) echo "$(run_flags code) --recent 256" ;;  # the whole history so far, the earliest records too
+    code-lora) echo "$(run_flags code) --lora-rank 16 --lr 1e-3" ;;  # rank 32 at 2e-4 hardly moved one (issue 26)
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }
@@ -108,13 +115,17 @@ go() {  # there: the build done, the models joined, each run started detached fr
   # the trainer's export + check aborted with the CUDA build beside torch (free(): invalid pointer, 2026-11-28):
   # its children import the CPU build (device_e2e.sh's `upstream`) first where there is one
   [ -f "$W/llama-upstream/llama_cpp/__init__.py" ] && export OMNIDRAFT_TRAINER_PATH="$W/llama-upstream"
+  local gpus i=0
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); [ "${gpus:-0}" -ge 1 ] || gpus=1
   for name in "$@"; do
     local flags
     flags=$(run_flags "$name")
-    ( cd "$W/code" && PYTHONPATH="$W/llama-gpu:$W/site:$W/code/backend:$W/code" setsid nohup python3 -X faulthandler \
+    # runs spread over the GPUs in turn (each stream's generation and trainer on one)
+    ( cd "$W/code" && CUDA_VISIBLE_DEVICES=$((i % gpus)) PYTHONPATH="$W/llama-gpu:$W/site:$W/code/backend:$W/code" setsid nohup python3 -X faulthandler \
         -m omnidraft.apps.cli adapt $flags ${EXTRA:-} --out "$W/run-$name" > "$W/run-$name.log" 2>&1 < /dev/null &
       echo $! > "$W/run-$name.pid" )
-    say "started $name: adapt $flags"
+    say "started $name on GPU $((i % gpus)): adapt $flags"
+    i=$((i + 1))
   done
 }
 
