@@ -133,7 +133,11 @@ wait_runs() {  # there: until every run has ended or SECONDS passed; what each h
   local end=$((SECONDS + ${1:-500})) alive
   while :; do
     alive=0
-    for p in "$W"/run-*.pid; do kill -0 "$(cat "$p")" 2>/dev/null && alive=$((alive + 1)); done
+    # by command line: under job control setsid forks, so the pid `go` saw has exited while the run goes on
+    for p in "$W"/run-*.pid; do
+      local n=${p##*/run-}
+      pgrep -f -- "--out $W/run-${n%.pid}\$" > /dev/null && alive=$((alive + 1))
+    done
     [ $alive = 0 ] || [ $SECONDS -ge $end ] && break
     sleep 10
   done
