@@ -9,7 +9,8 @@
 # the shellcheck linter.  PyPI: playwright (its driver only; the browser is Debian's /usr/bin/chromium).
 # On x86_64 also g++-aarch64-linux-gnu, clang and qemu-user: tests/test_sbk_arm.py and tests/test_sbq4_arm.py
 # cross-build the small-batch kernels' aarch64 variants (sbq4 with GCC and with clang, Termux's compiler) and
-# run them under qemu-aarch64.
+# run them under qemu-aarch64; with cmake and ninja-build, tests/test_arm_ggml.py cross-builds the patched
+# ggml itself and runs its mul_mat under qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-${OMNIDRAFT_VENV:-.venv}}"
@@ -17,7 +18,7 @@ VENV="${1:-${OMNIDRAFT_VENV:-.venv}}"
 PKGS=(chromium chromium-driver apktool aapt zipalign apksigner android-framework-res
       openjdk-17-jdk-headless shellcheck fonts-dejavu-core)
 if [ "$(uname -m)" = x86_64 ]; then
-  PKGS+=(g++-aarch64-linux-gnu clang qemu-user)
+  PKGS+=(g++-aarch64-linux-gnu clang qemu-user cmake ninja-build)
 fi
 missing=()
 for p in "${PKGS[@]}"; do

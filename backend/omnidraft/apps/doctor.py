@@ -75,20 +75,21 @@ def _frhead_line() -> str:
     return "no (frhead.patch not in this build): drafters use their full head"
 
 
-_SBQ4_NAMES = {0: "compiled in but idle (no AVX2 in this build)", 1: "AVX2", 2: "AVX-VNNI (256-bit)",
+_SBQ4_NAMES = {0: "compiled in but idle (no AVX2 in this build; on ARM, no dotprod)", 1: "AVX2", 2: "AVX-VNNI (256-bit)",
                3: "AVX-512 VNNI", 4: "NEON dotprod", 5: "NEON i8mm"}
 # What ARM users get told: the aarch64 kernels exist and were checked under emulation, never timed.
-_ARM_UNMEASURED = ("checked under qemu-aarch64 only (bit-identical rows, a float64 reference, CPU models with and "
-                   "without the features); ARM speed is unmeasured here (BENCHMARKS.md has a projection)")
+_ARM_UNMEASURED = ("checked under qemu-aarch64 only (standalone: bit-identical rows, a float64 reference, CPU models "
+                   "with and without the features; and inside a cross-built ggml's mul_mat, tests/test_arm_ggml.py); "
+                   "never run on a phone, ARM speed is unmeasured here (BENCHMARKS.md has a projection)")
 
 
 def _sbq4_line() -> str:
     variant = llama_build.sbq4_variant()
     if variant is None:
-        return ("not in this build (upstream sources: ARM, or OMNIDRAFT_SBQ4=0 at setup); Q4_0 batches use "
-                "ggml's kernels" if llama_build.is_x86() else "not in this build (setup patches x86 builds only; "
-                "sbq4.cpp's aarch64 NEON dotprod / i8mm variants are not built into llama.cpp yet); ggml's ARM "
-                "kernels run. The aarch64 variants: " + _ARM_UNMEASURED)
+        return ("not in this build (upstream sources, or OMNIDRAFT_SBQ4=0 at setup); Q4_0 batches use "
+                "ggml's kernels" if llama_build.is_x86() else "not in this build (upstream sources, or OMNIDRAFT_SBQ4=0 "
+                "at setup; setup patches x86 and aarch64 Linux/Android builds); ggml's ARM kernels run. The "
+                "aarch64 variants: " + _ARM_UNMEASURED)
     state = "on" if llama_build.sbq4_active() else "off for this process (OMNIDRAFT_SBQ4=0)"
     arm = f"; {_ARM_UNMEASURED}" if variant >= 4 else ""
     return (f"{_SBQ4_NAMES.get(variant, variant)}, {state}: fast-mode Q4_0 batches of 1-8 rows, bit-identical to "
@@ -99,12 +100,12 @@ def _sbk_line() -> str:
     variant = llama_build.sbk_variant()
     if variant is None:
         return ("not in this build; Q4_K_M / Q8_0 batches use ggml's kernels (2-3x a decode for 4 rows on AVX2)"
-                if llama_build.is_x86() else "not in this build (setup patches x86 builds only; the aarch64 "
-                "NEON dotprod variant is not built into llama.cpp yet); ggml's ARM kernels run. The aarch64 "
-                "variant: " + _ARM_UNMEASURED)
+                if llama_build.is_x86() else "not in this build (upstream sources, or OMNIDRAFT_SBQ4=0 at setup); "
+                "ggml's ARM kernels run. The aarch64 variant: " + _ARM_UNMEASURED)
     state = "on" if llama_build.sbk_active() else "off for this process (OMNIDRAFT_SBQ4=0)"
     arm = f"; {_ARM_UNMEASURED}" if variant >= 4 else ""
-    x8 = ("; fast-mode (repacked) Q4_K too" if llama_build.has_sbkx8() else
+    x8 = ("; not fast-mode (repacked) Q4_K: sbkx8.cpp is x86-only, ggml's ARM kernels run it" if variant >= 4 else
+          "; fast-mode (repacked) Q4_K too" if llama_build.has_sbkx8() else
           "; not fast-mode (repacked) Q4_K: this build predates sbkx8.cpp, rerun setup")
     return (f"{_SBQ4_NAMES.get(variant, variant)}, {state}: exact-mode Q4_K / Q6_K / Q5_0 / Q8_0 batches of 1-8 "
             f"rows (Q4_K_M files as downloaded){x8}, bit-identical to decoding{arm}")

@@ -15,7 +15,10 @@ Two rules, both checked here:
 
 On x86 the build also carries omnidraft's small-batch kernels (``patch/``): ``sbq4.cpp`` for ggml's
 repacked Q4_0 weights (the fast mode) and ``sbk.cpp`` for plain Q4_K, Q6_K and Q8_0 weights (the exact
-mode, so Q4_K_M files as users download them), each called from a small hook.  Both take products of
+mode, so Q4_K_M files as users download them), each called from a small hook.  So does an aarch64
+Linux/Android build (Termux): ``sbq4-arm-hook.patch`` adds both files to ggml-cpu's ARM sources and
+routes ggml's ARM Q4_0 layouts (block_q4_0x4) through sbq4.cpp; checked by cross-building and running
+under qemu-aarch64 (tests/test_arm_ggml.py), not on a phone.  Both take products of
 1..8 rows in one pass over the weights, each row bit-identical to one-row decoding.  ``source`` prepares
 the patched sources; setup builds them first and, if the build probe fails, builds the upstream sources
 instead.  ``OMNIDRAFT_SBQ4=0`` turns both off: at setup it builds the upstream sources, at run time it
@@ -28,7 +31,7 @@ installed, so: standard library (plus llama_cpp for ``check``) only.
     python llama_build.py cmake-args TIER  print CMAKE_ARGS for TIER = native | safe | baseline
     python llama_build.py wants-kernel     exit 0 if setup should build the small-batch kernel here
     python llama_build.py source DIR       download the pinned sdist into DIR, apply the kernel patch,
-                                           print the source tree's path (x86 only; exit 1 elsewhere)
+                                           print the source tree's path (x86 and aarch64 hooks both in)
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ COMMON = ["-DLLAVA_BUILD=OFF", "-DGGML_LLAMAFILE=OFF"]
 # The patch: the kernels' own files, copied into ggml-cpu/, and the hooks that call them, in this order;
 # then frhead.patch, which lets a drafter carry a head over its most frequent tokens (gguf_tools.frhead).
 KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h", "sbkx8.cpp")
-HOOKS = ("sbq4-hook.patch", "sbk-hook.patch", "sbkx8-hook.patch", "frhead.patch")
+HOOKS = ("sbq4-hook.patch", "sbk-hook.patch", "sbkx8-hook.patch", "sbq4-arm-hook.patch", "frhead.patch")
 FRHEAD_MARK = b"omnidraft.head_rows"  # the GGUF key frhead.patch reads: in libllama's strings only when patched
 
 # ggml option -> the /proc/cpuinfo flags it needs (all of them)
@@ -112,12 +115,32 @@ def x86_options(tier: str, flags: set[str] | None = None) -> dict[str, bool]:
     return opts
 
 
+# aarch64 tiers.  native: on the device (Termux), ggml asks the compiler for -mcpu=native and checks
+# dotprod, i8mm, SVE and SME one by one by compiling and running a probe.  safe: ARMv8.2 with dotprod
+# (every phone core since Cortex-A55/A76), what the cross-built test (tests/test_arm_ggml.py) checks.
+# baseline: ARMv8.0, no dotprod: sbk.cpp takes nothing and ggml keeps Q4_0 unrepacked (sbq4 idle).
+ARM_SAFE_ARCH = "armv8.2-a+dotprod"
+
+
+def is_aarch64() -> bool:
+    return platform.machine().lower() in ("aarch64", "arm64")
+
+
+def arm_cmake_args(tier: str = "native") -> list[str]:
+    """CMAKE_ARGS for an aarch64 build at ``tier`` (also for cross builds: run on any machine)."""
+    if tier == "native":
+        return COMMON + ["-DGGML_NATIVE=ON"]
+    if tier == "safe":
+        return COMMON + ["-DGGML_NATIVE=OFF", f"-DGGML_CPU_ARM_ARCH={ARM_SAFE_ARCH}"]
+    return COMMON + ["-DGGML_NATIVE=OFF"]
+
+
 def cmake_args(tier: str = "native", flags: set[str] | None = None) -> list[str]:
     """CMAKE_ARGS for llama-cpp-python's source build at ``tier`` on this machine."""
     if not is_x86():
         # ARM (phones, Apple, Graviton): ggml's native detection probes each feature with the
         # compiler and has no AMX-like trap; the lower tiers turn the optional extensions off.
-        return COMMON + (["-DGGML_NATIVE=ON"] if tier == "native" else ["-DGGML_NATIVE=OFF"])
+        return arm_cmake_args(tier)
     opts = x86_options(tier, flags)
     return COMMON + ["-DGGML_NATIVE=OFF"] + [f"-D{k}={'ON' if v else 'OFF'}" for k, v in opts.items()]
 
@@ -238,8 +261,10 @@ def _sbq4_off() -> bool:
 
 
 def sbq4_wanted() -> bool:
-    """Whether setup should build the small-batch kernel here: x86, and not turned off."""
-    return is_x86() and not _sbq4_off()
+    """Whether setup should build the small-batch kernels here: x86, or aarch64 Linux/Android (Termux:
+    the aarch64 variants pick themselves from the Linux hwcaps), and not turned off."""
+    arm = is_aarch64() and sys.platform.startswith(("linux", "android"))
+    return (is_x86() or arm) and not _sbq4_off()
 
 
 def sbq4_active() -> int:
@@ -297,8 +322,6 @@ def patch_tree(tree: str) -> None:
 
 def prepare_source(dest: str) -> str:
     """The pinned llama-cpp-python sources with the small-batch kernel, ready for ``pip install DIR``."""
-    if not is_x86():
-        raise SystemExit("the small-batch kernel is x86-only; ARM builds keep ggml's kernels")
     os.makedirs(dest, exist_ok=True)
     tree = extract(_download_sdist(dest), dest)
     patch_tree(tree)

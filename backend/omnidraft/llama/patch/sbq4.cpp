@@ -564,26 +564,40 @@ extern "C" int sbq4_gemm(int layout, int64_t nblocks, const void * w, int64_t nr
 #include "ggml.h"
 #include "ggml-cpu-impl.h"
 
-static bool shape_qualifies(const ggml_tensor * op) {
+// The variant that takes weights in this layout here: x86 builds take ggml's x86 layout (SBQ4_8X8),
+// aarch64 builds its two ARM ones; 0 for any other pairing (repack.cpp's ARM hook is compiled on x86
+// too, and the x86 one on aarch64, where ggml repacks Q4_0 to 8x8 only with 256-bit SVE).
+static int layout_variant(int layout) {
+#ifdef SBQ4_AARCH64
+    return layout == SBQ4_4X4 || layout == SBQ4_4X8 ? ggml_cpu_sbq4_variant() : 0;
+#else
+    return layout == SBQ4_8X8 ? SBQ4_VARIANT : 0;
+#endif
+}
+
+static int layout_rows(int layout) { return layout == SBQ4_8X8 ? 8 : 4; }
+
+static bool shape_qualifies(const ggml_tensor * op, int layout) {
     const ggml_tensor * w = op->src[0];
     const ggml_tensor * x = op->src[1];
-    return SBQ4_VARIANT > 0 && op->op == GGML_OP_MUL_MAT && w->type == GGML_TYPE_Q4_0 &&
-           w->ne[0] % 32 == 0 && w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
+    return layout_variant(layout) > 0 && op->op == GGML_OP_MUL_MAT && w->type == GGML_TYPE_Q4_0 &&
+           w->ne[0] % 32 == 0 && w->ne[1] % layout_rows(layout) == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
            x->type == GGML_TYPE_F32 && x->ne[1] >= 1 && x->ne[1] <= SBQ4_MAX_ROWS && x->ne[2] == 1 &&
            x->ne[3] == 1 && x->nb[0] == sizeof(float) && op->type == GGML_TYPE_F32 && op->nb[0] == sizeof(float);
 }
 
-extern "C" size_t ggml_sbq4_work_size(const ggml_tensor * op) {
-    return shape_qualifies(op) ? (size_t) op->src[1]->ne[1] * (op->src[0]->ne[0] / 32) * sizeof(sbq4_act) : 0;
+extern "C" size_t ggml_sbq4_work_size_as(const ggml_tensor * op, int layout) {
+    return shape_qualifies(op, layout) ? (size_t) op->src[1]->ne[1] * (op->src[0]->ne[0] / 32) * sizeof(sbq4_act)
+                                       : 0;
 }
 
-extern "C" int ggml_sbq4_takes(const ggml_tensor * op) {
+extern "C" int ggml_sbq4_takes_as(const ggml_tensor * op, int layout) {
     const char * env = getenv("OMNIDRAFT_SBQ4");
-    return shape_qualifies(op) && !(env != NULL && strcmp(env, "0") == 0);
+    return shape_qualifies(op, layout) && !(env != NULL && strcmp(env, "0") == 0);
 }
 
-extern "C" int ggml_sbq4_mul_mat(const ggml_compute_params * params, ggml_tensor * op) {
-    if (params->wsize < ggml_sbq4_work_size(op)) {
+extern "C" int ggml_sbq4_mul_mat_as(const ggml_compute_params * params, ggml_tensor * op, int layout) {
+    if (params->wsize < ggml_sbq4_work_size_as(op, layout)) {
         return 0;  // planned for ggml's own path (OMNIDRAFT_SBQ4 changed in between): let it run
     }
     const ggml_tensor * w = op->src[0];
@@ -604,15 +618,23 @@ extern "C" int ggml_sbq4_mul_mat(const ggml_compute_params * params, ggml_tensor
     }
     ggml_barrier(params->threadpool);
 
-    // groups of 8 weight rows in 4 chunks per thread, taken as threads come free; which thread
-    // computes a row never changes its value
-    const int64_t ngroups = w->ne[1] / 8;
+    // groups of 8 (x86) or 4 (aarch64) weight rows, each group's blocks 18 bytes a row, in 4 chunks per
+    // thread, taken as threads come free; which thread computes a row never changes its value
+    const int64_t rows = layout_rows(layout), group_bytes = rows * 18;
+    const int64_t ngroups = w->ne[1] / rows;
     const int64_t nchunks = std::min<int64_t>(ngroups, 4 * nth);
     for (int64_t c = ith; c < nchunks; c = ggml_threadpool_chunk_add(params->threadpool, 1)) {
         const int64_t g0 = ngroups * c / nchunks, g1 = ngroups * (c + 1) / nchunks;
-        sbq4_gemm(SBQ4_8X8, nb, (const char *) w->data + g0 * nb * GROUP_BYTES_C, (g1 - g0) * 8, act, n,
-                  (float *) op->data + g0 * 8, op->nb[1] / sizeof(float));
+        sbq4_gemm(layout, nb, (const char *) w->data + g0 * nb * group_bytes, (g1 - g0) * rows, act, n,
+                  (float *) op->data + g0 * rows, op->nb[1] / sizeof(float));
     }
     return 1;
+}
+
+// The x86 hook's names (block_q4_0x8 weights).
+extern "C" size_t ggml_sbq4_work_size(const ggml_tensor * op) { return ggml_sbq4_work_size_as(op, SBQ4_8X8); }
+extern "C" int ggml_sbq4_takes(const ggml_tensor * op) { return ggml_sbq4_takes_as(op, SBQ4_8X8); }
+extern "C" int ggml_sbq4_mul_mat(const ggml_compute_params * params, ggml_tensor * op) {
+    return ggml_sbq4_mul_mat_as(params, op, SBQ4_8X8);
 }
 #endif  // SBQ4_STANDALONE

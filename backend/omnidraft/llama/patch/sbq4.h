@@ -62,7 +62,8 @@ int sbq4_gemm(int layout, int64_t nblocks, const void * w, int64_t nrows, const 
 int sbq4_gemm_as(int variant, int layout, int64_t nblocks, const void * w, int64_t nrows,
                  const sbq4_act * act, int n, float * dst, size_t dst_stride);
 
-// ---- the hook in repack.cpp (x86 ggml builds: block_q4_0x8 weights; no ARM hook is written yet)
+// ---- the hooks in repack.cpp: x86 builds' block_q4_0x8 weights (sbq4-hook.patch), aarch64 builds'
+// block_q4_0x4 ones (sbq4-arm-hook.patch, the _as functions with the layout ggml repacked to)
 struct ggml_tensor;
 struct ggml_compute_params;
 
@@ -77,6 +78,13 @@ size_t ggml_sbq4_work_size(const struct ggml_tensor * op);
 // Compute op on every thread of the pool: quantize the activations, barrier, then groups of 8
 // weight rows handed out in chunks.  Returns 0 (and does nothing) if the work buffer is too small.
 int ggml_sbq4_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * op);
+
+// The same for weights in a given layout (SBQ4_8X8 on x86; SBQ4_4X4 or SBQ4_4X8 on aarch64, as ggml's
+// repack chose them): 0 / nothing taken for a layout this build's variants do not take.  The three
+// above are these with SBQ4_8X8.
+int ggml_sbq4_takes_as(const struct ggml_tensor * op, int layout);
+size_t ggml_sbq4_work_size_as(const struct ggml_tensor * op, int layout);
+int ggml_sbq4_mul_mat_as(const struct ggml_compute_params * params, struct ggml_tensor * op, int layout);
 
 #ifdef __cplusplus
 }
