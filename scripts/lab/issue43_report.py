@@ -5,6 +5,10 @@ plot per scenario (curve(s) and control), into results/issue43/.  The runs need 
 holds every evaluation made so far.
 
     python scripts/lab/issue43_report.py DIR [OUT_DIR]     DIR holds code/, code-dm/, chat/ (the unpacked .tgz)
+
+A DIR that holds any of the settings' variants (code-lr3e5/, code-ep1/, code-recent256/, code-lora/: the fourth
+session's runs on 2 H200s, why the code curve fell) gives variant-NAME-h200x2.json per run and one plot of them all,
+unseen-code-variants-h200x2.png, so that the earlier session's files are not overwritten.
 """
 
 from __future__ import annotations
@@ -20,13 +24,22 @@ RUNS = {  # name -> (scenario, loss, label)
     "code": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "L_DM + 0.2 L_N-gram"),
     "code-dm": ("unseen-code", "L_DM alone (--lam 0; + 0.5 prompt NLL)", "L_DM alone (--lam 0)"),
     "chat": ("unseen-chat", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "L_DM + 0.2 L_N-gram"),
+    # the fourth session: one setting changed from `code` each (full fine-tuning, lr 1e-4, 2 epochs, recent 64)
+    "code-lr3e5": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "lr 3e-5"),
+    "code-ep1": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "1 epoch"),
+    "code-recent256": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "recent 256 (all history)"),
+    "code-lora": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "LoRA rank 16, lr 1e-3"),
 }
+VARIANTS = ("code-lr3e5", "code-ep1", "code-recent256", "code-lora")
 WHERE = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully offloaded (CUDA build of "
          "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; the three "
          "runs at once on the one GPU (2026-11-28)")
+WHERE_X2 = ("lent GPU machine: 2 NVIDIA H200s + 32-core host; generation fully offloaded (CUDA build of "
+            "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; five runs "
+            "at once: code, code-ep1 and code-lora on GPU 0, code-lr3e5 and code-recent256 on GPU 1 (2026-11-28)")
 
 
-def load_run(folder: Path, name: str) -> dict:
+def load_run(folder: Path, name: str, where: str = WHERE) -> dict:
     points = json.loads((folder / f"run-{name}" / "trainer" / "registry" / "heldout.json").read_text())
     curve = [p for p in points if p["kind"] == "curve"]
     control = next(p for p in points if p["kind"] == "control")
@@ -44,7 +57,7 @@ def load_run(folder: Path, name: str) -> dict:
              "acceptance_points_per_100": round(100 * 100 * (b["acceptance"] - a["acceptance"]) /
                                                 (b["prompts"] - a["prompts"]), 2),
              "tau_per_100": round(100 * (b["tau"] - a["tau"]) / (b["prompts"] - a["prompts"]), 4)}
-    return {"run": name, "scenario": scenario, "loss": loss, "where": WHERE, "stream_prompts_seen": seen,
+    return {"run": name, "scenario": scenario, "loss": loss, "where": where, "label": RUNS[name][2], "stream_prompts_seen": seen,
             "finished": "wrote" in log and "adapt.json" in log, "curve": curve, "control": control,
             "gains": gains, "slope_at_end": slope, "updates": updates,
             "goal": {"tau_gain_pct": 25.0, "speedup": 1.2}}
@@ -57,9 +70,9 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
-    for r, color in zip(runs, ("tab:blue", "tab:green")):
+    for r, color in zip(runs, ("tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:brown")):
         x = [p["prompts"] for p in r["curve"]]
-        label = RUNS[r["run"]][2]
+        label = RUNS[r["run"]][2] if r["run"] not in ("code",) or len(runs) < 3 else "full FT, lr 1e-4, 2 epochs (default)"
         ax1.plot(x, [100 * p["acceptance"] for p in r["curve"]], "o-", color=color, label=label)
         ax2.plot(x, [p["tau"] for p in r["curve"]], "s-", color=color, label=label)
     c = runs[0]["control"]
@@ -81,13 +94,20 @@ def main(argv: list[str]) -> None:
     src = Path(argv[0])
     out = Path(argv[1]) if len(argv) > 1 else Path("results/issue43")
     out.mkdir(parents=True, exist_ok=True)
-    runs = {n: load_run(src / n, n) for n in RUNS if (src / n).is_dir()}
+    variants = any((src / n).is_dir() for n in VARIANTS)
+    runs = {n: load_run(src / n, n, WHERE_X2 if variants else WHERE) for n in RUNS if (src / n).is_dir()}
     for name, r in runs.items():
-        (out / f"unseen-{name}-h200.json").write_text(json.dumps(r, indent=1))
+        (out / (f"variant-{name}-h200x2.json" if variants else f"unseen-{name}-h200.json")).write_text(
+            json.dumps(r, indent=1))
         g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %"
                       for x in r["gains"])
         print(f"{name}: {r['stream_prompts_seen']} requests streamed; vs control {g}; slope {r['slope_at_end']}")
     pair = "\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; 1 H200; held-out k = 4 (5-row passes)"
+    if variants:
+        plot([runs[n] for n in ("code", *VARIANTS) if n in runs], out / "unseen-code-variants-h200x2.png",
+             "unseen-code: one trainer setting changed at a time (stdlib stream, 32 HumanEval prompts held out)"
+             + pair.replace("1 H200", "2 H200s"))
+        return
     if "code" in runs:
         plot([runs[n] for n in ("code", "code-dm") if n in runs], out / "unseen-code-h200.png",
              f"unseen-code: stdlib stream, 32 HumanEval prompts held out{pair}")
