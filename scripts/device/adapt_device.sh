@@ -13,8 +13,8 @@
 #          run(command="bash scripts/device/device_xfer.sh recv adapt", carry=[".devxfer/adapt/partNNN"])  each part
 #          run(command="bash scripts/device/adapt_device.sh go RUN...")   waits for the build, joins the models,
 #                                                    starts the streams detached, spread over the GPUs
-#                                                    (RUN: code | code-dm | chat | code-lr3e5 | code-ep1 |
-#                                                    code-recent256 | code-lora)
+#                                                    (RUN: code | code-dm | chat | code-full | code-lr3e5 |
+#                                                    code-ep1 | code-recent256 | code-lora)
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
 #   here:  scripts/device/device_tree.sh restore     (right after the last part: before any commit)
@@ -25,6 +25,10 @@
 # 32 records 31-38 s on the shared GPU), so 1,000 requests take about 31 minutes: more than a session's device
 # time.  A call that overruns its limit ends the detached runs with it (setsid did not save them): give every
 # `wait` a SECONDS well inside the call's timeout_s, and fetch before the budget ends.
+# Fourth session (nvidia-h200-x2, BENCHMARKS "Why the curve fell"): five streams, three on GPU 0 and two on GPU 1,
+# N_TRAIN=256, EXTRA='--checkpoints 64,128,192,256': each ran its 256 requests in 478-676 s after `go`; 15.6
+# minutes of device time in all (start without a part: the tree was 15.5 MiB, so .devadapt + part000 did not fit;
+# the last part carried by the `go` call).
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
@@ -94,10 +98,13 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     code) echo "--scenario unseen-code --stream-set $s/stdlib-code.json --eval-set $s/humaneval.json $common" ;;
     code-dm) echo "--scenario unseen-code --lam 0 --stream-set $s/stdlib-code.json --eval-set $s/humaneval.json $common" ;;
     chat) echo "--scenario unseen-chat --stream-set $s/chat-long.json --eval-set $s/chat-long.json $common" ;;
-    # why the unseen-code curve fell after 128 requests (fourth session): one setting changed each, `code` beside
-    code-lr3e5) echo "$(run_flags code) --lr 3e-5" ;;
-    code-ep1) echo "$(run_flags code) --epochs 1" ;;
-    code-recent256) echo "$(run_flags code) --recent 256" ;;  # the whole history so far, the earliest records too
+    # why the unseen-code curve fell after 128 requests (fourth session, 2026-11-28): one setting of full fine-tuning
+    # at lr 1e-4 (the global default; the unseen scenarios' until then) changed each.  The unseen scenarios have used
+    # code-lora's update since (adapt_scenarios.UNSEEN_UPDATE), so `code` is code-lora now and code-full the old one
+    code-full) echo "$(run_flags code) --lora-rank 0 --lr 1e-4" ;;
+    code-lr3e5) echo "$(run_flags code) --lora-rank 0 --lr 3e-5" ;;
+    code-ep1) echo "$(run_flags code) --lora-rank 0 --lr 1e-4 --epochs 1" ;;
+    code-recent256) echo "$(run_flags code) --lora-rank 0 --lr 1e-4 --recent 256" ;;  # all earlier records
     code-lora) echo "$(run_flags code) --lora-rank 16 --lr 1e-3" ;;  # rank 32 at 2e-4 hardly moved one (issue 26)
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
