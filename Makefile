@@ -28,7 +28,7 @@ demo: models
 test: models
 	bash android_demo/ci_setup.sh $(VENV)
 	$(BIN)/omnidraft models pull vocabs qwen2.5-coder-0.5b:q4_0 qwen2.5-coder-0.5b:q4_0_pure
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 clean-venv:
 	rm -rf $(VENV)

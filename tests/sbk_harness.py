@@ -39,13 +39,15 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def build(tier: str, out_dir: Path) -> ctypes.CDLL:
-    """sbk.cpp and sbkx8.cpp as one shared library for one tier (g++ or c++ from PATH)."""
+def build(tier: str, out_dir: Path, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """sbk.cpp and sbkx8.cpp as one shared library for one tier (g++ or c++ from PATH); ``defines``: extra
+    -D switches (e.g. ``SBKX8_YMM``), which also name the library."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         raise RuntimeError("no C++ compiler on PATH")
-    lib = out_dir / f"sbk_{tier}.so"
+    lib = out_dir / f"sbk_{tier}{''.join('_' + d for d in defines)}.so"
     subprocess.run([cxx, "-O3", "-std=c++17", "-shared", "-fPIC", "-DSBK_STANDALONE", *TIERS[tier][0],
+                    *(f"-D{d}" for d in defines),
                     *map(str, SOURCES), "-o", str(lib)], check=True, capture_output=True)
     dll = ctypes.CDLL(str(lib))
     dll.sbk_gemm.restype = ctypes.c_int

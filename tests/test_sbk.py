@@ -79,6 +79,20 @@ def test_interleaved_q4_k_rows_bit_identical_and_match_reference(tiers):
             H.gemm_x8(dll, k, wx8, 12, act, 1)  # not a whole group of 8 weight rows
 
 
+def test_interleaved_q4_k_512_bit_path_gives_the_256_bit_bits(tiers, tmp_path):
+    """The AVX-512 tier multiplies with zmm registers (8 rows a vector); its integer sums must be the ymm
+    code's (-DSBKX8_YMM), so every output is the same float, for every batch size."""
+    if "avx512-vnni" not in tiers:
+        pytest.skip("no AVX-512 VNNI here")
+    rng = np.random.default_rng(11)
+    nsb, rows = 4, 32
+    w, act = H.q4k_blocks(rng, rows, nsb), H.q8k_rows(rng, MAX_ROWS, nsb)
+    wx8, ymm = H.to_x8(w), H.build("avx512-vnni", tmp_path, ("SBKX8_YMM",))
+    for n in range(1, MAX_ROWS + 1):
+        zmm_out = H.gemm_x8(tiers["avx512-vnni"], nsb * H.QK_K, wx8, rows, act, n)
+        assert np.array_equal(zmm_out, H.gemm_x8(ymm, nsb * H.QK_K, wx8, rows, act, n)), f"{n} rows differ"
+
+
 def test_interleaved_q4_k_drifted_row_is_caught(tiers):
     rng = np.random.default_rng(3)
     w, act = H.q4k_blocks(rng, 16, 2), H.q8k_rows(rng, MAX_ROWS, 2)

@@ -10,7 +10,8 @@ figures, which both runs measure.
     python scripts/lab/e2e_peer.py --peer-path /tmp/upstream --targets qwen2.5-coder-1.5b \\
         --sets humaneval,code-other,chat-fresh --rounds 2 --out results/issue41/e2e-peer
 
-Writes each run's JSON and Markdown under OUT/runs/, and OUT/summary.{json,md}.
+Writes each run's JSON and Markdown under OUT/runs/, and OUT/summary.{json,md} from every run there (so a
+later call with --first-round adds rounds; --rounds 0 only summarizes).
 """
 from __future__ import annotations
 
@@ -31,13 +32,15 @@ def cpu_flags() -> str:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
     keep = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
+                 "")
     return f"{model or platform.processor()}, {os.cpu_count()} cores, " + " ".join(f for f in keep if f in flags)
 
 
 def bench(target: str, args, out: Path, peer: bool) -> Path:
     """One `omnidraft bench run`; returns the JSON it wrote."""
-    cmd = [sys.executable, "-c", "from omnidraft.apps.cli import main; main()", "bench", "run", "--targets", target, "--sets", args.sets,
+    cmd = [sys.executable, "-c", "from omnidraft.apps.cli import main; main()", "bench", "run", "--targets", target,
+           "--sets", args.sets,
            "--n", str(args.n), "--max-tokens", str(args.max_tokens), "--no-gamma", "--no-progress",
            "--no-plots", "--out", str(out)]
     cmd += ["--methods", "target", "--peer"] if peer else ["--methods", "target,hybrid", "--ks", "4"]
@@ -66,32 +69,37 @@ def summarize(found: list[dict]) -> list[dict]:
     table = []
     for target in dict.fromkeys(r["target"] for r in found):
         for name in dict.fromkeys(r["set"] for r in found if r["target"] == target):
-            pick = lambda side, config: [r["tok_s"] for r in found if (r["target"], r["set"], r["side"],
-                                                                       r["config"]) == (target, name, side, config)]
+            def pick(side, config):
+                return [r["tok_s"] for r in found if (r["target"], r["set"], r["side"], r["config"]) ==
+                        (target, name, side, config)]
             own, default = pick("product", "target"), pick("product", DEFAULT)
             peer, peer_own = pick("peer", "llama-cpp-python"), pick("peer", "target")
             k4 = pick("product", "hybrid k=4")
             same = all(r["same_output"] in (True, None) for r in found if (r["target"], r["set"]) == (target, name))
-            m = statistics.mean
+            m = lambda xs: statistics.mean(xs) if xs else None  # noqa: E731 - a run may lack one side
+            ratio = lambda a, b: a / b if a and b else None  # noqa: E731
             table.append({"target": target, "set": name, "rounds": len(default), "target_alone": m(own),
-                          "target_alone_spread": [min(own), max(own)], "default": m(default), "k4": m(k4),
-                          "peer": m(peer), "upstream_target_alone": m(peer_own),
-                          "default_vs_target": m(default) / m(own), "default_vs_peer": m(default) / m(peer),
-                          "target_vs_peer": m(own) / m(peer), "same_output": same})
+                          "target_alone_spread": [min(own), max(own)] if own else None, "default": m(default),
+                          "k4": m(k4), "peer": m(peer), "upstream_target_alone": m(peer_own),
+                          "default_vs_target": ratio(m(default), m(own)), "default_vs_peer": ratio(m(default), m(peer)),
+                          "target_vs_peer": ratio(m(own), m(peer)), "same_output": same})
     return table
 
 
 def markdown(table: list[dict], meta: dict) -> str:
     lines = [f"# Default generation against plain llama-cpp-python ({meta['date']})", "",
              f"CPU: {meta['cpu']}", f"Command: `{meta['command']}`", "",
-             "| target | set | rounds | target alone tok/s (min-max) | default tok/s | k=4 tok/s | plain llama-cpp-python "
-             "tok/s | default / target alone | default / plain | target alone / plain | same output |",
+             "| target | set | rounds | target alone tok/s (min-max) | default tok/s | k=4 tok/s | "
+             "plain llama-cpp-python tok/s | default / target alone | default / plain | target alone / plain | "
+             "same output |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
     for r in table:
-        lines.append(f"| {r['target']} | {r['set']} | {r['rounds']} | {r['target_alone']:.1f} "
-                     f"({r['target_alone_spread'][0]:.1f}-{r['target_alone_spread'][1]:.1f}) | {r['default']:.1f} | "
-                     f"{r['k4']:.1f} | {r['peer']:.1f} | **{r['default_vs_target']:.2f}x** | "
-                     f"**{r['default_vs_peer']:.2f}x** | {r['target_vs_peer']:.2f}x | "
+        spread = r["target_alone_spread"] or [None, None]
+        lines.append(f"| {r['target']} | {r['set']} | {r['rounds']} | {f(r['target_alone'], '.1f')} "
+                     f"({f(spread[0], '.1f')}-{f(spread[1], '.1f')}) | {f(r['default'], '.1f')} | "
+                     f"{f(r['k4'], '.1f')} | {f(r['peer'], '.1f')} | **{f(r['default_vs_target'], '.2f')}x** | "
+                     f"**{f(r['default_vs_peer'], '.2f')}x** | {f(r['target_vs_peer'], '.2f')}x | "
                      f"{'yes' if r['same_output'] else 'NO'} |")
     return "\n".join(lines) + "\n"
 
@@ -104,14 +112,16 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=6, help="prompts per set")
     ap.add_argument("--max-tokens", type=int, default=64, help="tokens per prompt")
     ap.add_argument("--rounds", type=int, default=2, help="rounds; the order flips each round")
+    ap.add_argument("--first-round", type=int, default=0,
+                    help="number of the first round (odd: the peer first); the summary reads every run under OUT")
     ap.add_argument("--out", type=Path, default=Path("results/e2e-peer"), help="output directory")
     args = ap.parse_args()
-    found = []
-    for r in range(args.rounds):
+    for r in range(args.first_round, args.first_round + args.rounds):
         for target in args.targets.split(","):
             for peer in ((False, True) if r % 2 == 0 else (True, False)):
-                side = "peer" if peer else "product"
-                found += rows(bench(target, args, args.out / "runs" / side, peer), side)
+                bench(target, args, args.out / "runs" / ("peer" if peer else "product"), peer)
+    found = [row for side in ("product", "peer") for path in sorted((args.out / "runs" / side).glob("*.json"))
+             for row in rows(path, side)]
     meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_flags(), "command": " ".join(sys.argv),
             "load_average": os.getloadavg()}
     table = summarize(found)

@@ -1,4 +1,5 @@
-"""What one more activation row costs in the two Q4_K small-batch kernels, compiled alone (no llama.cpp).
+"""What one more activation row costs in the two Q4_K small-batch kernels (and the plain Q6_K one, which Q4_K_M
+files hold for a third of their bytes: ggml has no x86 repack for it), compiled alone (no llama.cpp).
 
     .venv/bin/python scripts/lab/sbk_rows.py [--out results/issue41/x8/sbk-rows.json]
 
@@ -44,6 +45,7 @@ def measure(dll, rows: int, reps: int) -> dict:
     rng = np.random.default_rng(1)
     nsb = K // H.QK_K
     w, act = H.q4k_blocks(rng, rows, nsb), H.q8k_rows(rng, 8, nsb)
+    w6 = H.q6k_blocks(rng, rows, nsb)
     wx8, out = H.to_x8(w), np.zeros((8, rows), np.float32)
     res = {}
     for n in (1, 2, 4, 8):
@@ -51,7 +53,9 @@ def measure(dll, rows: int, reps: int) -> dict:
                                              act.shape[1], n, out.ctypes.data, rows), reps)
         x8 = best_us(lambda: dll.sbk_q4kx8_gemm(K, wx8.ctypes.data, 0, rows, act.ctypes.data, act.shape[1], n,
                                                 out.ctypes.data, rows), reps)
-        res[n] = {"plain_us": round(plain, 2), "x8_us": round(x8, 2)}
+        q6 = best_us(lambda: dll.sbk_gemm(H.Q6_K, K, w6.ctypes.data, w6.shape[1], 0, rows, act.ctypes.data,
+                                          act.shape[1], n, out.ctypes.data, rows), reps)
+        res[n] = {"plain_us": round(plain, 2), "x8_us": round(x8, 2), "q6k_plain_us": round(q6, 2)}
     return res
 
 
@@ -71,9 +75,10 @@ def main() -> None:
     for tier, shapes in report["tiers"].items():
         for shape, res in shapes.items():
             print(f"\n{tier}, {shape}: us per call (n activation rows)")
-            print("| n | plain (sbk.cpp) | x8 (sbkx8.cpp) |\n|---|---|---|")
+            print("| n | Q4_K plain (sbk.cpp) | Q4_K x8 (sbkx8.cpp) | Q6_K plain (sbk.cpp; 1.46x the bytes) |")
+            print("|---|---|---|---|")
             for n, r in res.items():
-                print(f"| {n} | {r['plain_us']:.1f} | {r['x8_us']:.1f} |")
+                print(f"| {n} | {r['plain_us']:.1f} | {r['x8_us']:.1f} | {r['q6k_plain_us']:.1f} |")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1))

@@ -51,6 +51,16 @@
 #define SBKX8_DPBUSD 0
 #endif
 
+// AVX-512 VNNI builds with 512-bit registers (BW for the 16-bit packs): one zmm holds 8 values of all 8 rows, so
+// a block's products take half the instructions (vpdpbusd, the activations' broadcasts, the scale dots).
+// Integer sums only: the lanes come out as the ymm code's rows 0-3 (low half) and 4-7 (high half), the same
+// integers, so the float part and every result stay bit-identical.  -DSBKX8_YMM keeps the 256-bit code.
+#if SBKX8_VARIANT == 3 && SBKX8_DPBUSD && defined(__AVX512F__) && defined(__AVX512BW__) && !defined(SBKX8_YMM)
+#define SBKX8_ZMM 1
+#else
+#define SBKX8_ZMM 0
+#endif
+
 #if SBKX8_VARIANT > 0
 namespace {
 
@@ -63,8 +73,14 @@ constexpr int MAX_BLOCKS = 256;  // rows of up to 65,536 values
 #endif
 
 #define SBKX8_UNROLL _Pragma("GCC unroll 8")
+// Activation rows sharing each weight vector, and the largest batch whose row sums are inlined (see sums_for).
+// 16 ymm registers (AVX2): 2 rows, 4 inlined.  32 zmm: 4 rows, all 8 inlined.  One thread, a 4480 x 1536
+// slice of the 1.5B, 2-core Zen 4, us for 1 / 4 / 8 rows: ymm 123 / 321 / 565, zmm 115 / 228 / 436.
 #ifndef SBKX8_ROWS
-#define SBKX8_ROWS 2  // activation rows sharing each weight load (registers: 16 ymm on AVX2)
+#define SBKX8_ROWS (SBKX8_ZMM ? 4 : 2)
+#endif
+#ifndef SBKX8_INLINE_ROWS
+#define SBKX8_INLINE_ROWS (SBKX8_ZMM ? 8 : 4)
 #endif
 
 inline __m256i load(const void * p) { return _mm256_loadu_si256((const __m256i *) p); }
@@ -124,8 +140,13 @@ acts prepare(const uint8_t * act, size_t stride, int n, int64_t nb) {
 // ---------------------------------------------------------------- one block's shared part
 // Everything a block needs besides the activations, unpacked once for every activation row.
 struct block8 {
+#if SBKX8_ZMM
+    __m512i w[4][4][2];  // [p][c][lo, hi]: nibbles of rows 0-3 (low half) and 4-7 (high half)
+    __m512i s[4];        // [p]: the ymm code's s[p][0] (low half) and s[p][1] (high half)
+#else
     __m256i w[4][4][4];  // [p][c][loA, hiA, loB, hiB]: nibbles of rows 0-3 (A) and 4-7 (B)
     __m256i s[4][4];     // [p]: the scale vectors (per variant, see scale_vectors)
+#endif
     __m256i m[4];        // [t]: int16 pairs (min of sub-block 2t, 2t+1) of rows 0..7
     __m256 dA, dB;       // the rows' d, in the lanes the sums come out in
     __m256 ndmin;        // -dmin of rows 0..7
@@ -175,10 +196,14 @@ inline void unpack_block(const uint8_t * x, block8 & b) {
     SBKX8_UNROLL
     for (int p = 0; p < 4; p++) {
         const __m128i v = load128(sc[2 * p]);
+#if SBKX8_ZMM
+        b.s[p] = _mm512_inserti64x4(_mm512_castsi256_si512(spread(v, SIDX[0])), spread(v, SIDX[1]), 1);
+#else
         SBKX8_UNROLL
         for (int k = 0; k < NSCALE; k++) {
             b.s[p][k] = spread(v, SIDX[k]);
         }
+#endif
         b.m[p] = spread(load128(mn[2 * p]), MIDX);
     }
     const __m256 d = _mm256_cvtph_ps(load128(x));
@@ -190,8 +215,20 @@ inline void unpack_block(const uint8_t * x, block8 & b) {
     b.dB = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
 #endif
     b.ndmin = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(load128(x + 16)));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     const uint8_t * qs = x + 128;
+#if SBKX8_ZMM
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    SBKX8_UNROLL
+    for (int p = 0; p < 4; p++) {
+        SBKX8_UNROLL
+        for (int c = 0; c < 4; c++) {
+            const __m512i a = _mm512_loadu_si512((const void *) (qs + 64 * (4 * p + c)));
+            b.w[p][c][0] = _mm512_and_si512(a, m4);
+            b.w[p][c][1] = _mm512_and_si512(_mm512_srli_epi16(a, 4), m4);
+        }
+    }
+#else
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     SBKX8_UNROLL
     for (int p = 0; p < 4; p++) {
         SBKX8_UNROLL
@@ -203,6 +240,7 @@ inline void unpack_block(const uint8_t * x, block8 & b) {
             b.w[p][c][3] = _mm256_and_si256(_mm256_srli_epi16(bb, 4), m4);
         }
     }
+#endif
 }
 
 // ---------------------------------------------------------------- one activation row against a block
@@ -214,6 +252,48 @@ struct sums {
 
 // R activation rows at once, so that each weight vector loaded from the block serves R rows (one row at a
 // time, the loads of the unpacked weights, not the multiplies, bound the pass).
+#if SBKX8_ZMM
+template <int R>
+inline void row_sums(const block8 & b, const uint8_t * const * y, const int16_t * const * bs, sums * r) {
+    __m512i ab[R];  // the ymm code's a (low half) and b (high half)
+    SBKX8_UNROLL
+    for (int j = 0; j < R; j++) {
+        ab[j] = _mm512_setzero_si512();
+        r[j].m = _mm256_setzero_si256();
+    }
+    SBKX8_UNROLL
+    for (int p = 0; p < 4; p++) {
+        __m512i lo[R], hi[R];
+        SBKX8_UNROLL
+        for (int j = 0; j < R; j++) {
+            lo[j] = hi[j] = _mm512_setzero_si512();
+        }
+        SBKX8_UNROLL
+        for (int c = 0; c < 4; c++) {
+            SBKX8_UNROLL
+            for (int j = 0; j < R; j++) {
+                int64_t vl, vh;
+                memcpy(&vl, y[j] + 64 * p + 8 * c, 8);
+                memcpy(&vh, y[j] + 64 * p + 32 + 8 * c, 8);
+                lo[j] = _mm512_dpbusd_epi32(lo[j], b.w[p][c][0], _mm512_set1_epi64(vl));
+                hi[j] = _mm512_dpbusd_epi32(hi[j], b.w[p][c][1], _mm512_set1_epi64(vh));
+            }
+        }
+        SBKX8_UNROLL
+        for (int j = 0; j < R; j++) {
+            // packs works within 128-bit lanes: its low half is the ymm code's packs(loA, hiA), its high
+            // half packs(loB, hiB); each lane sums 16 products of at most 15 * 128, so it never saturates
+            ab[j] = _mm512_dpwssd_epi32(ab[j], _mm512_packs_epi32(lo[j], hi[j]), b.s[p]);
+            r[j].m = dot_i16(r[j].m, b.m[p], bcast32(bs[j] + 2 * p));
+        }
+    }
+    SBKX8_UNROLL
+    for (int j = 0; j < R; j++) {
+        r[j].a = _mm512_castsi512_si256(ab[j]);
+        r[j].b = _mm512_extracti64x4_epi64(ab[j], 1);
+    }
+}
+#else
 template <int R>
 inline void row_sums(const block8 & b, const uint8_t * const * y, const int16_t * const * bs, sums * r) {
     SBKX8_UNROLL
@@ -263,6 +343,7 @@ inline void row_sums(const block8 & b, const uint8_t * const * y, const int16_t 
         }
     }
 }
+#endif
 
 // The same, kept out of line: from 5 rows up, GCC -O3 (ggml's flags) inlining every call into group<N>
 // kept too many vectors live and spilled (8 rows cost 824 us against 560 out of line, one thread, a
@@ -275,7 +356,7 @@ __attribute__((noinline)) void row_sums_outlined(const block8 & b, const uint8_t
 
 template <int N, int R>
 inline void sums_for(const block8 & b, const uint8_t * const * y, const int16_t * const * bs, sums * r) {
-    if constexpr (N <= 4) {
+    if constexpr (N <= SBKX8_INLINE_ROWS) {
         row_sums<R>(b, y, bs, r);
     } else {
         row_sums_outlined<R>(b, y, bs, r);
