@@ -8,8 +8,8 @@ goes through ``ggml_mul_mat`` on the CPU backend: Q4_0 in ggml's CPU_REPACK buff
 block_q4_0x4, 4x4 on dotprod builds, 4x8 where ggml has i8mm), plain Q4_K, Q6_K, Q8_0 and Q5_0; rows 1..8
 bit-identical to one-row decoding, within float tolerance of ggml's own ARM kernels (OMNIDRAFT_SBQ4=0).
 
-The build (both of them: 166 s cold under nice -n 19 on this 2-core machine, load average 3-4; the
-probe runs take about 1 s each) is cached under .cache/arm-ggml/<key>, the
+The build (both of them, ggml-base and ggml once, ggml-cpu twice: 120 s cold under nice -n 19 on this
+busy 2-core machine, 111 s of CPU; the probe runs take about 1 s each) is cached under .cache/arm-ggml/<key>, the
 key a hash of the sdist, the patch files, the probe, the flags and the compilers, so it happens once per
 change.  Needs aarch64-linux-gnu-g++, qemu-aarch64, cmake and ninja (``bash android_demo/ci_setup.sh``)
 and the pinned sdist setup keeps in .venv/src; skips without them, fails under CI.
@@ -57,7 +57,8 @@ set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 def _flags(arch: str) -> list[str]:
     args = [a for a in llama_build.arm_cmake_args("safe") if not a.startswith("-DGGML_CPU_ARM_ARCH=")]
     return args + [f"-DGGML_CPU_ARM_ARCH={arch}", "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
-                   "-DGGML_CCACHE=OFF", *(f"-DLLAMA_BUILD_{x}=OFF" for x in LLAMA_OFF)]
+                   "-DGGML_CCACHE=OFF", "-DCMAKE_OPTIMIZE_DEPENDENCIES=ON",
+                   *(f"-DLLAMA_BUILD_{x}=OFF" for x in LLAMA_OFF)]
 
 
 def _sdist() -> Path | None:
@@ -114,14 +115,20 @@ def build_libs(sdist: Path) -> Path:
     llama_build.patch_tree(str(tree))
     llama = tree / "vendor" / "llama.cpp"
     (work / "aarch64.cmake").write_text(TOOLCHAIN)
+    first = None
     for name, arch in BUILDS.items():
         bdir = work / "src" / f"build-{name}"
         _run(["cmake", "-S", str(llama), "-B", str(bdir), "-G", "Ninja",
               f"-DCMAKE_TOOLCHAIN_FILE={work / 'aarch64.cmake'}", *_flags(arch)], work)
-        _run(["cmake", "--build", str(bdir), "-j", str(os.cpu_count() or 2), "--target", "ggml"], work)
+        # ggml and ggml-base take no -march (only ggml-cpu does): built once, shared by the builds
+        # (CMAKE_OPTIMIZE_DEPENDENCIES: a static library's target does not build the ones it links)
+        targets = LIBS if first is None else ("ggml-cpu",)
+        _run(["cmake", "--build", str(bdir), "-j", str(os.cpu_count() or 2), "--target", *targets], work)
         (work / name).mkdir()
         for lib in LIBS:
-            shutil.copy(next(bdir.rglob(f"lib{lib}.a")), work / name)
+            built = list(bdir.rglob(f"lib{lib}.a"))
+            shutil.copy(built[0] if built else work / first / f"lib{lib}.a", work / name)
+        first = first or name
         if "GGML_OPENMP_ENABLED:INTERNAL=ON" in (bdir / "CMakeCache.txt").read_text():
             (work / name / "openmp").touch()
     shutil.copytree(llama / "ggml" / "include", work / "include")

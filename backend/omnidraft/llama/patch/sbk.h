@@ -1,7 +1,7 @@
 // sbk: omnidraft's small-batch products for the weight formats users download: Q4_K and Q6_K (Q4_K_M
 // files), Q5_0 and Q8_0 (which small models' Q4_K_M files add), and Q8_0 files; in ggml's plain layout
-// (no repacking); x86 AVX2 and up, aarch64 NEON with dotprod (tested under qemu; setup builds it into
-// llama.cpp on x86 only so far).
+// (no repacking); x86 AVX2 and up, aarch64 NEON with dotprod (tested under qemu, also inside a cross-built
+// ggml; setup builds it into x86 and aarch64 Linux/Android llama.cpp).
 //
 // One routine multiplies a weight matrix by 1..8 activation rows that ggml has already quantized
 // (Q8_K for the K-quants, Q8_0 for Q8_0 and Q5_0), unpacking each weight block once and feeding every row from

@@ -1,5 +1,6 @@
 // sbq4: omnidraft's small-batch Q4_0 matrix product for ggml's CPU backend (x86 AVX2 and up; aarch64
-// NEON with dotprod or i8mm, chosen at run time, checked under qemu: setup builds it into x86 llama.cpp only).
+// NEON with dotprod or i8mm, chosen at run time, checked under qemu; setup builds it into x86 and aarch64
+// Linux/Android llama.cpp, the aarch64 hook in sbq4-arm-hook.patch).
 //
 // Why.  Speculative decoding verifies k drafted tokens in one target pass, and that only pays when
 // the pass costs about one decode.  ggml's repacked Q4_0 kernels are written for prompt batches:
