@@ -30,29 +30,7 @@
 extern "C" int ggml_cpu_sbq4_variant(void);
 extern "C" int ggml_cpu_sbk_variant(void);
 
-static std::atomic<int> g_sbq4_calls{0}, g_sbk_calls{0}, g_layout{0};
-
-extern "C" {
-struct ggml_compute_params;
-int __real_ggml_sbq4_mul_mat_as(const ggml_compute_params * params, ggml_tensor * op, int layout);
-void __real_ggml_sbk_mul_mat(const ggml_compute_params * params, ggml_tensor * op, const void * wdata,
-                             size_t row_size);
-
-int __wrap_ggml_sbq4_mul_mat_as(const ggml_compute_params * params, ggml_tensor * op, int layout) {
-    const int took = __real_ggml_sbq4_mul_mat_as(params, op, layout);
-    if (took) {
-        g_sbq4_calls++;
-        g_layout = layout;
-    }
-    return took;
-}
-
-void __wrap_ggml_sbk_mul_mat(const ggml_compute_params * params, ggml_tensor * op, const void * wdata,
-                             size_t row_size) {
-    g_sbk_calls++;
-    __real_ggml_sbk_mul_mat(params, op, wdata, row_size);
-}
-}
+#include "arm_hook_wraps.h"  // counts the products the kernels took
 
 namespace {
 

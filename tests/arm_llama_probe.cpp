@@ -22,28 +22,7 @@
 #include <atomic>
 #include <vector>
 
-// the functions the hooks call, wrapped (-Wl,--wrap, as in arm_ggml_probe.cpp) to count the products the
-// small-batch kernels took
-static std::atomic<int> g_sbq4_calls{0}, g_sbk_calls{0};
-
-extern "C" {
-struct ggml_compute_params;
-int __real_ggml_sbq4_mul_mat_as(const ggml_compute_params * params, ggml_tensor * op, int layout);
-void __real_ggml_sbk_mul_mat(const ggml_compute_params * params, ggml_tensor * op, const void * wdata,
-                             size_t row_size);
-
-int __wrap_ggml_sbq4_mul_mat_as(const ggml_compute_params * params, ggml_tensor * op, int layout) {
-    const int took = __real_ggml_sbq4_mul_mat_as(params, op, layout);
-    g_sbq4_calls += took;
-    return took;
-}
-
-void __wrap_ggml_sbk_mul_mat(const ggml_compute_params * params, ggml_tensor * op, const void * wdata,
-                             size_t row_size) {
-    g_sbk_calls++;
-    __real_ggml_sbk_mul_mat(params, op, wdata, row_size);
-}
-}
+#include "arm_hook_wraps.h"  // counts the products the kernels took
 
 namespace {
 
