@@ -14,7 +14,7 @@
 #          run(command="bash scripts/device/adapt_device.sh go RUN...")   waits for the build, joins the models,
 #                                                    starts the streams detached, spread over the GPUs
 #                                                    (RUN: code | code-dm | chat | code-full | code-lr3e5 |
-#                                                    code-ep1 | code-recent256 | code-lora)
+#                                                    code-ep1 | code-recent256 | code-lora | chat-full)
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
 #   here:  scripts/device/device_tree.sh restore     (right after the last part: before any commit)
@@ -29,6 +29,9 @@
 # N_TRAIN=256, EXTRA='--checkpoints 64,128,192,256': each ran its 256 requests in 478-676 s after `go`; 15.6
 # minutes of device time in all (start without a part: the tree was 15.5 MiB, so .devadapt + part000 did not fit;
 # the last part carried by the `go` call).
+# Fifth session (nvidia-h200, the x2 kind not lent): `chat` and `chat-full` on the one GPU, same knobs; start carried
+# .devadapt + manifest + part009 (the small last part), parts 000-008 one a call, `go` none; 256 requests in 508 and
+# 416 s; 12.8 minutes of device time in all.  The tree stays light through `wait` (16.7 MiB light, 63.9 restored).
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
@@ -106,6 +109,7 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     code-ep1) echo "$(run_flags code) --lora-rank 0 --lr 1e-4 --epochs 1" ;;
     code-recent256) echo "$(run_flags code) --lora-rank 0 --lr 1e-4 --recent 256" ;;  # all earlier records
     code-lora) echo "$(run_flags code) --lora-rank 16 --lr 1e-3" ;;  # rank 32 at 2e-4 hardly moved one (issue 26)
+    chat-full) echo "$(run_flags chat) --lora-rank 0 --lr 1e-4" ;;  # the chat stream with the old update
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }

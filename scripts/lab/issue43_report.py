@@ -6,6 +6,9 @@ holds every evaluation made so far.
 
     python scripts/lab/issue43_report.py DIR [OUT_DIR]     DIR holds code/, code-dm/, chat/ (the unpacked .tgz)
 
+A DIR that holds chat-full/ (the fifth session: chat/ with LoRA rank 16 at lr 1e-3, chat-full/ with full
+fine-tuning at lr 1e-4, both on 1 H200) gives NAME-h200.json per run and unseen-chat-lora-vs-full-h200.png.
+
 A DIR that holds any of the settings' variants (code-lr3e5/, code-ep1/, code-recent256/, code-lora/: the fourth
 session's runs on 2 H200s, why the code curve fell) gives variant-NAME-h200x2.json per run and one plot of them all,
 unseen-code-variants-h200x2.png, so that the earlier session's files are not overwritten.
@@ -29,8 +32,13 @@ RUNS = {  # name -> (scenario, loss, label)
     "code-ep1": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "1 epoch"),
     "code-recent256": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "recent 256 (all history)"),
     "code-lora": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "LoRA rank 16, lr 1e-3"),
+    # the fifth session: the chat stream with the scenarios' update now (`chat`: LoRA 16, lr 1e-3) and the old one
+    "chat-full": ("unseen-chat", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "full FT, lr 1e-4 (the old update)"),
 }
 VARIANTS = ("code-lr3e5", "code-ep1", "code-recent256", "code-lora")
+WHERE_CHAT = ("lent GPU machine: 1 NVIDIA H200 + 16-core host (the 2-GPU kind was not lent); generation fully "
+              "offloaded (CUDA build of llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on "
+              "the host CPU; chat and chat-full at once on the one GPU (2026-11-28, fifth session)")
 WHERE = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully offloaded (CUDA build of "
          "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; the three "
          "runs at once on the one GPU (2026-11-28)")
@@ -72,7 +80,7 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
     for r, color in zip(runs, ("tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:brown")):
         x = [p["prompts"] for p in r["curve"]]
-        label = RUNS[r["run"]][2] if r["run"] not in ("code",) or len(runs) < 3 else "full FT, lr 1e-4, 2 epochs (default)"
+        label = r["label"] if r["label"] != RUNS[r["run"]][2] else RUNS[r["run"]][2] if r["run"] not in ("code",) or len(runs) < 3 else "full FT, lr 1e-4, 2 epochs (default)"
         ax1.plot(x, [100 * p["acceptance"] for p in r["curve"]], "o-", color=color, label=label)
         ax2.plot(x, [p["tau"] for p in r["curve"]], "s-", color=color, label=label)
     c = runs[0]["control"]
@@ -95,10 +103,14 @@ def main(argv: list[str]) -> None:
     out = Path(argv[1]) if len(argv) > 1 else Path("results/issue43")
     out.mkdir(parents=True, exist_ok=True)
     variants = any((src / n).is_dir() for n in VARIANTS)
-    runs = {n: load_run(src / n, n, WHERE_X2 if variants else WHERE) for n in RUNS if (src / n).is_dir()}
+    chat2 = (src / "chat-full").is_dir()
+    where = WHERE_X2 if variants else WHERE_CHAT if chat2 else WHERE
+    runs = {n: load_run(src / n, n, where) for n in RUNS if (src / n).is_dir()}
+    if chat2 and "chat" in runs:
+        runs["chat"]["label"] = "LoRA rank 16, lr 1e-3 (the scenario's update now)"
     for name, r in runs.items():
-        (out / (f"variant-{name}-h200x2.json" if variants else f"unseen-{name}-h200.json")).write_text(
-            json.dumps(r, indent=1))
+        (out / (f"variant-{name}-h200x2.json" if variants else f"{name}-h200.json" if chat2
+                else f"unseen-{name}-h200.json")).write_text(json.dumps(r, indent=1))
         g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %"
                       for x in r["gains"])
         print(f"{name}: {r['stream_prompts_seen']} requests streamed; vs control {g}; slope {r['slope_at_end']}")
@@ -107,6 +119,11 @@ def main(argv: list[str]) -> None:
         plot([runs[n] for n in ("code", *VARIANTS) if n in runs], out / "unseen-code-variants-h200x2.png",
              "unseen-code: one trainer setting changed at a time (stdlib stream, 32 HumanEval prompts held out)"
              + pair.replace("1 H200", "2 H200s"))
+        return
+    if chat2:
+        plot([runs[n] for n in ("chat", "chat-full") if n in runs], out / "unseen-chat-lora-vs-full-h200.png",
+             f"unseen-chat: LoRA rank 16 at lr 1e-3 against full fine-tuning at lr 1e-4 (ShareGPT stream, 32 held out)"
+             f"{pair}")
         return
     if "code" in runs:
         plot([runs[n] for n in ("code", "code-dm") if n in runs], out / "unseen-code-h200.png",
