@@ -22,6 +22,10 @@ from .predictor import DraftFeatures
 from .step import Draft, Verdict
 from omnidraft.vocab.translator import LOOKUP, Candidates, Proposal, Translator
 
+# A drafting step leaves the drafter a few tokens behind (the accepted ones, the target's next); more than this
+# is text the target wrote while the policy ran it alone, read in a pass of its own before drafting
+CATCHUP_MIN = 8
+
 
 @dataclass
 class PromptInput:
@@ -51,6 +55,7 @@ class DraftCounters:
     drafted_tokens: int = 0  # drafter tokens produced
     draft_s: float = 0.0
     translate_s: float = 0.0
+    catchup_s: float = 0.0  # reading text written while the drafter sat idle
     # drafter decodes by tokens fed: the first of a step also ingests the target's last tokens,
     # so it costs more than a one-token decode; the cost model prices each size separately
     pass_hist: dict[int, int] = field(default_factory=dict)
@@ -60,6 +65,7 @@ class DraftCounters:
         self.drafted_tokens += d.drafted
         self.draft_s += d.draft_s
         self.translate_s += d.translate_s
+        self.catchup_s += d.catchup_s
         return d
 
     def as_dict(self) -> dict:
@@ -123,12 +129,17 @@ class ModelDrafter:
         if self.disabled or k <= 0:
             return Draft()
         t_sync = self._sync()
-        t0 = time.perf_counter()
         todo = self.ctx[len(self.engine.tokens):]
         ids: list[int] = []
         probs: list[float] = []
         feats: list[DraftFeatures] = []
+        catchup_s, t0 = 0.0, time.perf_counter()
         try:
+            if len(todo) > CATCHUP_MIN:  # text written while it sat idle: read apart, priced apart (Draft.catchup_s)
+                self.engine.decode(todo[:-1], "none")
+                todo = todo[-1:]
+                catchup_s = time.perf_counter() - t0
+                t0 += catchup_s
             for depth in range(k):
                 row = self.engine.decode(todo, "last")[0]
                 self.counters.pass_hist[len(todo)] = self.counters.pass_hist.get(len(todo), 0) + 1
@@ -155,7 +166,8 @@ class ModelDrafter:
         self.last = Proposal(ids, probs)
         cands = self.translator.translate(self.last)
         t2 = time.perf_counter()
-        return self.counters.add(Draft(cands, tuple(feats), len(ids), t1 - t0, t_sync + t2 - t1))
+        return self.counters.add(Draft(cands, tuple(feats), len(ids), t1 - t0, t_sync + t2 - t1,
+                                       catchup_s=catchup_s))
 
     def accept(self, verdict: Verdict) -> None:
         # Text the target wrote while the drafter sat idle is only queued: when the policy

@@ -184,7 +184,8 @@ class Generator:
             t_prev = new[-1]
             now = time.perf_counter()
             stats.close_step(step, now - lap, sync_s)
-            self.policy.observe_lap(step.drafted > 0 or step.proposed > 0, len(new), now - lap)
+            # the drafter's catching up is the price of the steps it sat out, not of this one's drafting
+            self.policy.observe_lap(step.drafted > 0 or step.proposed > 0, len(new), now - lap - step.catchup_s)
             lap = now
         yield from text.finish()
         stats.completion_tokens = len(out)

@@ -7,7 +7,10 @@ one-token pass timed between batched ones cost 4.85 ms at start-up, while the ta
 never learnt that price, and it drafted at 0.65x the target alone.
 
 The guard looks at what the loop achieved instead: tokens per second of the steps that drafted against
-runs of target-alone steps (the first step of a run is not counted: it follows a batched pass).  It
+runs of target-alone steps (the first step of a run is not counted: it follows a batched pass).  Its
+seconds are measured; a drafting step's tokens are those its draft length yields at the long-run acceptance
+(``DraftPolicy.observe_lap``), since judging a timing error by a few steps' luck stops drafting in every hard
+stretch of text, and the drafter's catching up after a pause is left out (a price of the pause).  It
 takes a short run of target-alone steps now and then to know that pace, and when drafting is measurably
 slower it stops drafting for a spell that doubles while drafting keeps losing, each spell ended by a
 trial of drafting steps measured afresh.  A clear loss stops drafting after one trial; a close one only once
@@ -100,7 +103,7 @@ class RateGuard:
             return False
         return True
 
-    def observe(self, drafted: bool, tokens: int, seconds: float) -> None:
+    def observe(self, drafted: bool, tokens: float, seconds: float) -> None:
         if seconds <= 0:
             return
         if drafted:

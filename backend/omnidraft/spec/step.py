@@ -32,6 +32,9 @@ class Draft:
     draft_s: float = 0.0
     translate_s: float = 0.0
     parents: tuple[int, ...] = ()
+    # the drafter reading text the target wrote while it sat idle (a cost of the pause, not of this draft: kept
+    # out of draft_s, which prices a drafted token for the cost model)
+    catchup_s: float = 0.0
 
     def __post_init__(self):
         if not self.parents:
@@ -51,7 +54,7 @@ class Draft:
         if n >= len(self.candidates):
             return self
         return Draft(self.candidates.truncate(max(n, 0)), self.features, self.drafted, self.draft_s,
-                     self.translate_s, self.parents[:max(n, 0)])
+                     self.translate_s, self.parents[:max(n, 0)], self.catchup_s)
 
     def judged(self, n_accepted: int) -> tuple[tuple[DraftFeatures, ...], int]:
         """(features of the drafted tokens the target judged, how many of them it accepted), given how many
@@ -149,7 +152,7 @@ class StepRecord:
     ngram_proposed: int
     ngram_accepted: int
     new_tokens: list[int]
-    draft_s: float
+    draft_s: float  # drafting, the drafter's catching up included
     translate_s: float
     verify_s: float  # the target pass and the acceptance: target_s + sample_s
     total_s: float  # the step's wall time: every part below, and (once the loop closes it) its text and accept
@@ -160,6 +163,7 @@ class StepRecord:
     target_s: float = 0.0  # the target's pass (llama_decode) alone
     sample_s: float = 0.0  # acceptance or sampling from its rows, the guard's re-decode, the KV rollback
     bookkeeping_s: float = 0.0  # the policy, records, the loop's text and its consumer
+    catchup_s: float = 0.0  # of draft_s: the drafter reading text written while it sat idle (Draft.catchup_s)
 
     @classmethod
     def of(cls, draft: Draft, verdict: Verdict, clock: PhaseClock, topk: list | None = None,
@@ -171,7 +175,9 @@ class StepRecord:
         c, n = draft.candidates, verdict.accepted
         ng = [kind == NGRAM for kind in c.kinds]
         target_s, sample_s = clock.s.get("target", 0.0), clock.s.get("verify", 0.0)
-        book = clock.total - target_s - sample_s - draft.draft_s - draft.translate_s
-        return cls(len(c), n, draft.drafted, sum(ng), sum(ng[:n]), list(verdict.tokens), draft.draft_s,
+        drafting = draft.draft_s + draft.catchup_s
+        book = clock.total - target_s - sample_s - drafting - draft.translate_s
+        return cls(len(c), n, draft.drafted, sum(ng), sum(ng[:n]), list(verdict.tokens), drafting,
                    draft.translate_s, target_s + sample_s, clock.total, topk or [], verdict.redecoded,
-                   logprobs or [], target_s=target_s, sample_s=sample_s, bookkeeping_s=book)
+                   logprobs or [], target_s=target_s, sample_s=sample_s, bookkeeping_s=book,
+                   catchup_s=draft.catchup_s)
