@@ -9,7 +9,7 @@ sbk.cpp).  For each, in both modes: 8 greedy tokens the same with OMNIDRAFT_SBQ4
 2..8 rows' logits bit-identical to one-row decoding, the kernels' products counted; a one-ulp drift fails.
 
 The libllama cross-build is long (see BUILD_NOTE), so this module runs where its cache exists
-(.cache/arm-ggml/<key>-llama) or where OMNIDRAFT_ARM_LLAMA=1 lets it build; otherwise it skips, saying so.
+(.cache/arm-ggml/<key>-llama) or where OMNIDRAFT_ARM_BUILD=1 lets it build; otherwise it skips, saying so.
 """
 
 from __future__ import annotations
@@ -61,9 +61,7 @@ def build_llama(sdist: Path) -> Path:
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> Path:
     sdist = G._require()
-    cached = (G.CACHE / f"{G._key()}-llama" / "build-seconds").is_file()
-    if not cached and os.environ.get("OMNIDRAFT_ARM_LLAMA") != "1":
-        pytest.skip(f"{BUILD_NOTE} is not cached here; OMNIDRAFT_ARM_LLAMA=1 builds it (.ci/run does)")
+    G.build_allowed((G.CACHE / f"{G._key()}-llama" / "build-seconds").is_file(), BUILD_NOTE)
     llama = build_llama(sdist)
     ggml = G.CACHE / G._key()
     dest = tmp_path_factory.mktemp("arm_llama")
