@@ -34,8 +34,10 @@ def adapt_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("adapt")
     prompts = root / "prompts.txt"
     prompts.write_text("def add(a, b):\nclass Stack:\ndef mean(xs):\ndef is_prime(n):\ndef fib(n):\n")
+    # the default old domains (stdlib-code, chat), one held-out prompt each before and after and two replayed
+    # stream prompts each: the old-domain and replay paths run, at a sixteenth of the default counts (16, 16)
     cfg = AdaptConfig(prompts=str(prompts), n_train=2, n_heldout=2, interval=2, max_tokens=6, eval_max_tokens=20,
-                      eval_k=K, lr=1e-3, lora_rank=4, qtype="q8_0", out=str(root / "out"))
+                      eval_k=K, lr=1e-3, lora_rank=4, qtype="q8_0", n_old=1, n_replay=2, out=str(root / "out"))
     settings = Settings(target=str(target), draft=str(draft), method="omnidraft", policy="cost", k=K, threads=2,
                         n_ctx=1024, draft_n_ctx=1024, state_dir=str(root / "state"))  # the CLI's adapt default
     mp = pytest.MonkeyPatch()
@@ -64,6 +66,10 @@ def test_eval_drafts_k_per_step_while_the_stream_policy_drafts_nothing(adapt_run
         assert p["measured"] == (p["proposed"] >= MIN_DRAFTED)
     held = [line for line in printed.splitlines() if line.startswith("held-out ")]
     assert len(held) == 3 and all("k = " in line and "drafted" in line for line in held)
+    assert {name: sorted(p) for name, p in result["old"].items()} == {"stdlib-code": ["after", "before"],
+                                                                     "chat": ["after", "before"]}
+    assert len([line for line in printed.splitlines() if line.startswith("old domain ")]) == 4
+    assert "replay: 4 records" in printed
 
 
 def test_control_is_the_untrained_drafter_through_the_export_path(adapt_run):
