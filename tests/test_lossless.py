@@ -94,7 +94,9 @@ def test_adaptive_drafting_stays_lossless(default_session, reference, policy):
     gen = Generator(default_session.target, drafter, PolicyConfig(name=policy, k=6), "omnidraft",
                     default_session.max_verify_batch)
     candidates = set()  # target candidates per step: one drafter token may translate into several
-    for _, p, chat in PROMPTS[2::8]:  # 6 prompts, every kind
+    # 6 prompts, every kind (code, prose, two unicode, whitespace, chat), all from GREEDY: their target-alone
+    # references are the greedy test's (target_reference), not three more runs (PROMPTS[2::8] had 3 outside it)
+    for _, p, chat in GREEDY[2::5]:
         final = gen.generate(_prompt(gen, p, chat), GenerationParams(max_tokens=MAX_TOKENS))
         candidates.update(final.stats.draft_lengths)
         assert final.token_ids == reference(p, chat), p[:40]
