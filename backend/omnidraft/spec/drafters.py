@@ -17,7 +17,7 @@ import numpy as np
 from omnidraft.vocab.codec import Codec
 from omnidraft.llama.engine import Engine
 from omnidraft.errors import ContextOverflow
-from .policy import StopRule
+from .rules import StopRule
 from .predictor import DraftFeatures
 from .step import Draft, Verdict
 from omnidraft.vocab.translator import LOOKUP, Candidates, Proposal, Translator
