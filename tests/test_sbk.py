@@ -1,5 +1,4 @@
-"""The small-batch Q4_K / Q6_K / Q5_0 / Q8_0 kernels (backend/omnidraft/llama/patch/sbk.cpp, and the
-8-row interleaved Q4_K and Q6_K of the fast mode, sbkx8.cpp and sbq6x8.cpp).
+"""The small-batch Q4_K / Q6_K / Q5_0 / Q8_0 kernel (backend/omnidraft/llama/patch/sbk.cpp).
 
 Two levels:
 
@@ -103,67 +102,6 @@ def test_interleaved_q4_k_drifted_row_is_caught(tiers):
     after = H.gemm_x8(dll, 2 * H.QK_K, wx8, 16, act, MAX_ROWS)
     assert not np.array_equal(before[6], after[6])
     assert np.array_equal(np.delete(before, 6, 0), np.delete(after, 6, 0))
-
-
-def _q6_k_case(rng, rows: int, nsb: int):
-    """Random Q6_K weights and Q8_K activations with the corners the integer sums must hold: a block of
-    weights all 63 under scales -128 against activations all -128 (the largest |products| and block sums)."""
-    w, act = H.q6k_blocks(rng, rows, nsb), H.q8k_rows(rng, MAX_ROWS, nsb)
-    w.reshape(rows, nsb, 210)[:, 1, 0:192] = 0xFF
-    w.reshape(rows, nsb, 210)[:, 1, 192:208] = 0x80
-    blocks = act.reshape(MAX_ROWS, nsb, 292)
-    blocks[:, 1, 4:260] = 0x80
-    blocks[:, 1, 260:292] = np.full(16, -2048, np.int16).view(np.uint8)
-    return w, act
-
-
-def test_interleaved_q6_k_rows_bit_identical_and_match_reference(tiers):
-    """sbq6x8.cpp: Q6_K in ggml's 8-row interleave (the fast mode's layout, make_block_q6_Kx8) through the
-    same checks, and within float tolerance of the plain-layout kernel on the same weights."""
-    rng = np.random.default_rng(7)
-    nsb, rows = 5, 24
-    k = nsb * H.QK_K
-    w, act = _q6_k_case(rng, rows, nsb)
-    ref = H.deq_q8k(act) @ H.deq_q6k(w).T
-    wx8 = H.to_q6x8(w)
-    for tier, dll in tiers.items():
-        one = np.stack([H.gemm_q6x8(dll, k, wx8, rows, act[j:j + 1], 1)[0] for j in range(MAX_ROWS)])
-        err = float(np.abs(one - ref).max() / np.abs(ref).max())
-        assert err < 1e-5, f"{tier} q6x8: {err:.2e} of the largest output from the float64 reference"
-        plain = H.gemm(dll, H.Q6_K, k, w, act, MAX_ROWS)
-        assert float(np.abs(one - plain).max() / np.abs(ref).max()) < 1e-5, f"{tier}: q6x8 and plain disagree"
-        for n in range(2, MAX_ROWS + 1):
-            got = H.gemm_q6x8(dll, k, wx8, rows, act, n)
-            assert np.array_equal(got, one[:n]), f"{tier} q6x8: a batch of {n} differs"
-        with pytest.raises(ValueError):
-            H.gemm_q6x8(dll, k, wx8, 12, act, 1)  # not a whole group of 8 weight rows
-
-
-def test_interleaved_q6_k_tiers_give_the_same_bits(tiers, tmp_path):
-    """The 512-bit code (8 rows a vector) and the 256-bit one (-DSBQ6X8_YMM, what AVX2 and AVX-VNNI
-    builds run) sum the same integers in the same lanes: every output is the same float."""
-    rng = np.random.default_rng(13)
-    nsb, rows = 3, 16
-    w, act = _q6_k_case(rng, rows, nsb)
-    wx8, k = H.to_q6x8(w), nsb * H.QK_K
-    builds = dict(tiers)
-    if "avx512-vnni" in tiers:
-        builds["avx512-vnni-ymm"] = H.build("avx512-vnni", tmp_path, ("SBQ6X8_YMM",))
-    outs = {t: H.gemm_q6x8(dll, k, wx8, rows, act, MAX_ROWS) for t, dll in builds.items()}
-    first = next(iter(outs.values()))
-    for t, out in outs.items():
-        assert np.array_equal(out, first), f"{t} differs from {next(iter(outs))}"
-
-
-def test_interleaved_q6_k_drifted_row_is_caught(tiers):
-    rng = np.random.default_rng(4)
-    w, act = H.q6k_blocks(rng, 16, 2), H.q8k_rows(rng, MAX_ROWS, 2)
-    dll, wx8 = next(iter(tiers.values())), H.to_q6x8(w)
-    before = H.gemm_q6x8(dll, 2 * H.QK_K, wx8, 16, act, MAX_ROWS)
-    act[3, 292 + 4 + 77] ^= 0x01  # block 1, value 77 of activation row 3
-    after = H.gemm_q6x8(dll, 2 * H.QK_K, wx8, 16, act, MAX_ROWS)
-    assert not np.array_equal(before[3], after[3])
-    assert np.array_equal(np.delete(before, 3, 0), np.delete(after, 3, 0))
 
 
 def test_a_drifted_row_is_caught(tiers):

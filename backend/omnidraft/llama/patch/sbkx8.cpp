@@ -457,29 +457,13 @@ extern "C" int sbk_q4kx8_gemm(int64_t, const void *, int64_t, int64_t, const voi
 #include "ggml-cpu-impl.h"
 #include "quants.h"
 
-// Q4_K (block_q4_Kx8) and Q6_K (block_q6_Kx8, sbq6x8.cpp) share this hook.  Q4_K takes 1..8 rows, larger
-// batches staying with ggml's AVX2 gemm; x86 ggml has no kernel for the Q6_K layout (its generic C would run),
-// so Q6_K takes every batch, 8 activation rows at a time.
 static bool x8_shape_qualifies(const ggml_tensor * op) {
     const ggml_tensor * w = op->src[0];
     const ggml_tensor * x = op->src[1];
-    const bool q4k = w->type == GGML_TYPE_Q4_K && w->ne[0] / 256 <= 256 && x->ne[1] <= SBK_MAX_ROWS;
-    const bool q6k = w->type == GGML_TYPE_Q6_K && sbk_q6kx8_compiled() > 0;
-    return SBKX8_VARIANT > 0 && op->op == GGML_OP_MUL_MAT && (q4k || q6k) &&
-           w->ne[0] % 256 == 0 && w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
-           x->type == GGML_TYPE_F32 && x->ne[1] >= 1 && x->ne[2] == 1 &&
+    return SBKX8_VARIANT > 0 && op->op == GGML_OP_MUL_MAT && w->type == GGML_TYPE_Q4_K &&
+           w->ne[0] % 256 == 0 && w->ne[0] / 256 <= 256 && w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
+           x->type == GGML_TYPE_F32 && x->ne[1] >= 1 && x->ne[1] <= SBK_MAX_ROWS && x->ne[2] == 1 &&
            x->ne[3] == 1 && x->nb[0] == sizeof(float) && op->type == GGML_TYPE_F32 && op->nb[0] == sizeof(float);
-}
-
-static bool sbq4_off() {
-    const char * env = getenv("OMNIDRAFT_SBQ4");
-    return env != NULL && strcmp(env, "0") == 0;
-}
-
-extern "C" int ggml_sbq6x8_repacks(const ggml_tensor * t) {
-    // read once, at load: with OMNIDRAFT_SBQ4=0 set later the repacked Q6_K runs ggml's generic C (slow)
-    return SBKX8_VARIANT > 0 && sbk_q6kx8_compiled() > 0 && !sbq4_off() && t->type == GGML_TYPE_Q6_K &&
-           t->ne[0] % 256 == 0 && t->ne[1] % 8 == 0;
 }
 
 extern "C" size_t ggml_sbkx8_work_size(const ggml_tensor * op) {
@@ -487,7 +471,8 @@ extern "C" size_t ggml_sbkx8_work_size(const ggml_tensor * op) {
 }
 
 extern "C" int ggml_sbkx8_takes(const ggml_tensor * op) {
-    return x8_shape_qualifies(op) && !sbq4_off();
+    const char * env = getenv("OMNIDRAFT_SBQ4");
+    return x8_shape_qualifies(op) && !(env != NULL && strcmp(env, "0") == 0);
 }
 
 extern "C" int ggml_sbkx8_mul_mat(const ggml_compute_params * params, ggml_tensor * op) {
@@ -498,15 +483,13 @@ extern "C" int ggml_sbkx8_mul_mat(const ggml_compute_params * params, ggml_tenso
     const ggml_tensor * x = op->src[1];
     const int ith = params->ith, nth = params->nth;
     const int64_t nb = w->ne[0] / 256;
-    const int64_t n = x->ne[1];
+    const int n = (int) x->ne[1];
     uint8_t * act = (uint8_t *) params->wdata;
     const size_t row_bytes = (size_t) nb * 292;
-    const size_t dst_stride = op->nb[1] / sizeof(float);
-    const auto gemm = w->type == GGML_TYPE_Q6_K ? sbk_q6kx8_gemm : sbk_q4kx8_gemm;
 
     // every thread quantizes its share of the blocks of every activation row (blocks are independent)
     const int64_t b0 = nb * ith / nth, b1 = nb * (ith + 1) / nth;
-    for (int64_t j = 0; j < n; j++) {
+    for (int j = 0; j < n; j++) {
         const float * row = (const float *) ((const char *) x->data + j * x->nb[1]);
         if (b1 > b0) {
             quantize_row_q8_K(row + b0 * 256, act + j * row_bytes + b0 * 292, (b1 - b0) * 256);
@@ -518,15 +501,13 @@ extern "C" int ggml_sbkx8_mul_mat(const ggml_compute_params * params, ggml_tenso
     ggml_barrier(params->threadpool);
 
     // groups of 8 weight rows in 4 chunks per thread, taken as threads come free; which thread
-    // computes a row never changes its value, nor does which 8 activation rows it shares a call with
+    // computes a row never changes its value
     const int64_t ngroups = w->ne[1] / 8;
     const int64_t nchunks = std::min<int64_t>(ngroups, 4 * nth);
     for (int64_t c = ith; c < nchunks; c = ggml_threadpool_chunk_add(params->threadpool, 1)) {
         const int64_t g0 = ngroups * c / nchunks, g1 = ngroups * (c + 1) / nchunks;
-        for (int64_t j = 0; j < n; j += SBK_MAX_ROWS) {
-            gemm(w->ne[0], w->data, g0 * 8, g1 * 8, act + j * row_bytes, row_bytes,
-                 (int) std::min<int64_t>(SBK_MAX_ROWS, n - j), (float *) op->data + j * dst_stride, dst_stride);
-        }
+        sbk_q4kx8_gemm(w->ne[0], w->data, g0 * 8, g1 * 8, act, row_bytes, n, (float *) op->data,
+                       op->nb[1] / sizeof(float));
     }
     return 1;
 }
