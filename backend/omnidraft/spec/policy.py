@@ -115,11 +115,7 @@ class DraftPolicy:
 
     def _expected_tokens_cost(self, k: int) -> tuple[float, float]:
         """(expected target tokens, seconds) of a step drafting k tokens."""
-        tokens, reach = 1.0, 1.0
-        for i in range(k):
-            reach *= self.acc[i]
-            tokens += reach
-        return tokens, self.t_verify[k + 1] + k * self.t_draft
+        return expected_tokens(self.acc, k), self.t_verify[k + 1] + k * self.t_draft
 
     def ceiling(self, k_max: int) -> float:
         """Best speedup over the target alone at 100 % acceptance, from the measured timings."""
@@ -177,16 +173,8 @@ class DraftPolicy:
         (1.5B Q4_K_M, exact kernels, 2-core Zen 4) such trials stopped drafting for 170 of ~250 steps: 0.94x the
         target alone where fixed k = 4 ran 1.20x (results/issue41/e2e-peer-zmm, round 2)."""
         if drafted and self._proposed:
-            tokens = self._long_run_tokens(self._proposed)
+            tokens = expected_tokens(self.acc_long, min(self._proposed, len(self.acc_long)))
         self.guard.observe(drafted, tokens, seconds)
-
-    def _long_run_tokens(self, proposed: int) -> float:
-        """Expected target tokens of a step verifying ``proposed`` candidates, at the long-run acceptance."""
-        tokens, reach = 1.0, 1.0
-        for i in range(min(proposed, len(self.acc_long))):
-            reach *= self.acc_long[i]
-            tokens += reach
-        return tokens
 
     def stats(self) -> dict:
         return {"policy": self.cfg.name, "draft_lengths": dict(sorted(self.lengths.items())),
@@ -212,6 +200,15 @@ def seeded_policy(cfg: PolicyConfig, method: str, costs: Callable[[], CostModel]
         cm = costs()
         policy.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
     return policy
+
+
+def expected_tokens(acc: list[float], k: int) -> float:
+    """Expected target tokens of a step verifying k candidates, candidate i kept with P ``acc[i]`` once i-1 was."""
+    tokens, reach = 1.0, 1.0
+    for a in acc[:k]:
+        reach *= a
+        tokens += reach
+    return tokens
 
 
 def _ema(old: float, new: float, count: int, alpha: float = 0.2) -> float:
