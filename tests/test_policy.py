@@ -359,8 +359,10 @@ def test_the_session_keeps_the_guards_verdict_for_its_next_start(tmp_path):
 
 def test_the_generator_feeds_the_guard_and_an_unpriced_drafter_cost_stops_drafting(default_session,
                                                                                    target_reference):
-    """A real generation where each draft call costs 60 ms more than the drafter's own timing shows (as a GPU's
-    per-call overheads did): the cost model never sees it, the guard does from the steps' wall time."""
+    """A real generation where each draft call costs more than the drafter's own timing shows (as a GPU's
+    per-call overheads did): the cost model never sees it, the guard does from the steps' wall time.  The extra
+    cost is 6 times the target's last pass, so that no step can pay for it (k = 4 yields at most 5 tokens)
+    however fast or loaded the machine is: a fixed 60 ms was cheap beside a decode slowed by other processes."""
     import time
 
     from omnidraft.spec.generator import GenerationParams
@@ -373,16 +375,27 @@ def test_the_generator_feeds_the_guard_and_an_unpriced_drafter_cost_stops_drafti
     pol.seed_costs({n: 0.02 + 0.0001 * n for n in range(1, 7)}, 0.0001)
     pol.observe = lambda step: None
     gen = s.compose("omnidraft", s.pair, pol)
-    real = gen.drafter.draft
+    real, decode, last = gen.drafter.draft, s.target.decode, [0.05]
+
+    def timed(ids, logits_for="last"):
+        t0 = time.perf_counter()
+        out = decode(ids, logits_for)
+        last[0] = time.perf_counter() - t0
+        return out
 
     def slow(k, stop):
-        time.sleep(0.06)
+        time.sleep(6 * last[0])
         return real(k, stop)
 
     gen.drafter.draft = slow
     prompt = gen.prompt_from_text("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n")
     params = GenerationParams(max_tokens=160)
-    final = gen.generate(prompt, params)
+    assert gen.target is s.target
+    s.target.decode = timed
+    try:
+        final = gen.generate(prompt, params)
+    finally:
+        del s.target.decode  # the session's engine is shared with other tests
     g = pol.stats()["guard"]
     assert g["spells"] >= 1 and g["last_ratio"] < 0.97 and g["blocked_steps"] >= 16, (g, len(final.token_ids), [r.proposed for r in final.steps])
     assert final.token_ids == target_reference(s.target, prompt, params)  # the guard only chooses lengths
