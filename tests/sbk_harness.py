@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 PATCH = Path(__file__).resolve().parents[1] / "backend" / "omnidraft" / "llama" / "patch"
-SOURCES = (PATCH / "sbk.cpp", PATCH / "sbkx8.cpp")  # plain layouts; Q4_K in ggml's 8-row interleave
+SOURCES = (PATCH / "sbk.cpp", PATCH / "sbkx8.cpp", PATCH / "sbq6x8.cpp")  # plain; Q4_K and Q6_K in 8-row interleaves
 Q5_0, Q8_0, Q4_K, Q6_K = 6, 8, 12, 14
 QK_K = 256
 
@@ -40,8 +40,8 @@ def cpu_flags() -> set[str]:
 
 
 def build(tier: str, out_dir: Path, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """sbk.cpp and sbkx8.cpp as one shared library for one tier (g++ or c++ from PATH); ``defines``: extra
-    -D switches (e.g. ``SBKX8_YMM``), which also name the library."""
+    """sbk.cpp, sbkx8.cpp and sbq6x8.cpp as one shared library for one tier (g++ or c++ from PATH);
+    ``defines``: extra -D switches (e.g. ``SBKX8_YMM``), which also name the library."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         raise RuntimeError("no C++ compiler on PATH")
@@ -57,6 +57,8 @@ def build(tier: str, out_dir: Path, defines: tuple[str, ...] = ()) -> ctypes.CDL
     dll.sbk_q4kx8_gemm.restype = ctypes.c_int
     dll.sbk_q4kx8_gemm.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                                    ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+    dll.sbk_q6kx8_gemm.restype = ctypes.c_int
+    dll.sbk_q6kx8_gemm.argtypes = dll.sbk_q4kx8_gemm.argtypes
     return dll
 
 
@@ -76,6 +78,14 @@ def gemm_x8(dll: ctypes.CDLL, k: int, wx8: np.ndarray, rows: int, act: np.ndarra
     out = np.full((n, rows), np.nan, dtype=np.float32)
     if not dll.sbk_q4kx8_gemm(k, wx8.ctypes.data, 0, rows, act.ctypes.data, act.shape[1], n, out.ctypes.data, rows):
         raise ValueError(f"sbk_q4kx8_gemm refused k={k}, {rows} weight rows, {n} activation rows")
+    return out
+
+
+def gemm_q6x8(dll: ctypes.CDLL, k: int, wx8: np.ndarray, rows: int, act: np.ndarray, n: int) -> np.ndarray:
+    """The interleaved Q6_K kernel (sbq6x8.cpp): wx8 from ``to_q6x8``; returns (n, rows)."""
+    out = np.full((n, rows), np.nan, dtype=np.float32)
+    if not dll.sbk_q6kx8_gemm(k, wx8.ctypes.data, 0, rows, act.ctypes.data, act.shape[1], n, out.ctypes.data, rows):
+        raise ValueError(f"sbk_q6kx8_gemm refused k={k}, {rows} weight rows, {n} activation rows")
     return out
 
 
@@ -178,6 +188,25 @@ def to_x8(w: np.ndarray) -> np.ndarray:
             out[..., o + 8:o + 12] = (s[..., 4:] & 15) + ((m[..., 4:] & 15) << 4)
     qs = b[..., 16:]  # chunk k: row k % 8, bytes 8*(k // 8)..
     out[..., 128:] = qs.reshape(b.shape[:2] + (8, 16, 8)).transpose(0, 1, 3, 2, 4).reshape(b.shape[:2] + (1024,))
+    return np.ascontiguousarray(out.reshape(rows // 8, -1))
+
+
+def to_q6x8(w: np.ndarray) -> np.ndarray:
+    """Plain Q6_K rows (a multiple of 8) in ggml's block_q6_Kx8 layout with interleave 8, written from
+    repack.h's struct and make_block_q6_Kx8: d[8], scales[16 groups][8 rows], then ql and qh in chunks of
+    8 bytes, chunk k from row k % 8 at byte 8*(k // 8)."""
+    rows = w.shape[0]
+    b = w.reshape(rows // 8, 8, -1, 210).transpose(0, 2, 1, 3)  # [group][block][row][bytes]
+    lead = b.shape[:2]
+
+    def chunks(part: np.ndarray) -> np.ndarray:  # [.., row, bytes] -> chunk-interleaved bytes
+        n = part.shape[-1] // 8
+        return part.reshape(lead + (8, n, 8)).transpose(0, 1, 3, 2, 4).reshape(lead + (-1,))
+
+    out = np.concatenate([b[..., 208:210].reshape(lead + (16,)),                  # d of rows 0..7
+                          b[..., 192:208].transpose(0, 1, 3, 2).reshape(lead + (128,)),  # scales[g][row]
+                          chunks(b[..., 0:128]), chunks(b[..., 128:192])], axis=-1)
+    assert out.shape[-1] == 1680
     return np.ascontiguousarray(out.reshape(rows // 8, -1))
 
 

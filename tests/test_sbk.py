@@ -1,4 +1,5 @@
-"""The small-batch Q4_K / Q6_K / Q5_0 / Q8_0 kernel (backend/omnidraft/llama/patch/sbk.cpp).
+"""The small-batch Q4_K / Q6_K / Q5_0 / Q8_0 kernels (backend/omnidraft/llama/patch/sbk.cpp, and the
+8-row interleaved Q4_K and Q6_K of the fast mode, sbkx8.cpp and sbq6x8.cpp).
 
 Two levels:
 
@@ -13,6 +14,8 @@ Two levels:
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +107,67 @@ def test_interleaved_q4_k_drifted_row_is_caught(tiers):
     assert np.array_equal(np.delete(before, 6, 0), np.delete(after, 6, 0))
 
 
+def _q6_k_case(rng, rows: int, nsb: int):
+    """Random Q6_K weights and Q8_K activations with the corners the integer sums must hold: a block of
+    weights all 63 under scales -128 against activations all -128 (the largest |products| and block sums)."""
+    w, act = H.q6k_blocks(rng, rows, nsb), H.q8k_rows(rng, MAX_ROWS, nsb)
+    w.reshape(rows, nsb, 210)[:, 1, 0:192] = 0xFF
+    w.reshape(rows, nsb, 210)[:, 1, 192:208] = 0x80
+    blocks = act.reshape(MAX_ROWS, nsb, 292)
+    blocks[:, 1, 4:260] = 0x80
+    blocks[:, 1, 260:292] = np.full(16, -2048, np.int16).view(np.uint8)
+    return w, act
+
+
+def test_interleaved_q6_k_rows_bit_identical_and_match_reference(tiers):
+    """sbq6x8.cpp: Q6_K in ggml's 8-row interleave (the fast mode's layout, make_block_q6_Kx8) through the
+    same checks, and within float tolerance of the plain-layout kernel on the same weights."""
+    rng = np.random.default_rng(7)
+    nsb, rows = 5, 24
+    k = nsb * H.QK_K
+    w, act = _q6_k_case(rng, rows, nsb)
+    ref = H.deq_q8k(act) @ H.deq_q6k(w).T
+    wx8 = H.to_q6x8(w)
+    for tier, dll in tiers.items():
+        one = np.stack([H.gemm_q6x8(dll, k, wx8, rows, act[j:j + 1], 1)[0] for j in range(MAX_ROWS)])
+        err = float(np.abs(one - ref).max() / np.abs(ref).max())
+        assert err < 1e-5, f"{tier} q6x8: {err:.2e} of the largest output from the float64 reference"
+        plain = H.gemm(dll, H.Q6_K, k, w, act, MAX_ROWS)
+        assert float(np.abs(one - plain).max() / np.abs(ref).max()) < 1e-5, f"{tier}: q6x8 and plain disagree"
+        for n in range(2, MAX_ROWS + 1):
+            got = H.gemm_q6x8(dll, k, wx8, rows, act, n)
+            assert np.array_equal(got, one[:n]), f"{tier} q6x8: a batch of {n} differs"
+        with pytest.raises(ValueError):
+            H.gemm_q6x8(dll, k, wx8, 12, act, 1)  # not a whole group of 8 weight rows
+
+
+def test_interleaved_q6_k_tiers_give_the_same_bits(tiers, tmp_path):
+    """The 512-bit code (8 rows a vector) and the 256-bit one (-DSBQ6X8_YMM, what AVX2 and AVX-VNNI
+    builds run) sum the same integers in the same lanes: every output is the same float."""
+    rng = np.random.default_rng(13)
+    nsb, rows = 3, 16
+    w, act = _q6_k_case(rng, rows, nsb)
+    wx8, k = H.to_q6x8(w), nsb * H.QK_K
+    builds = dict(tiers)
+    if "avx512-vnni" in tiers:
+        builds["avx512-vnni-ymm"] = H.build("avx512-vnni", tmp_path, ("SBQ6X8_YMM",))
+    outs = {t: H.gemm_q6x8(dll, k, wx8, rows, act, MAX_ROWS) for t, dll in builds.items()}
+    first = next(iter(outs.values()))
+    for t, out in outs.items():
+        assert np.array_equal(out, first), f"{t} differs from {next(iter(outs))}"
+
+
+def test_interleaved_q6_k_drifted_row_is_caught(tiers):
+    rng = np.random.default_rng(4)
+    w, act = H.q6k_blocks(rng, 16, 2), H.q8k_rows(rng, MAX_ROWS, 2)
+    dll, wx8 = next(iter(tiers.values())), H.to_q6x8(w)
+    before = H.gemm_q6x8(dll, 2 * H.QK_K, wx8, 16, act, MAX_ROWS)
+    act[3, 292 + 4 + 77] ^= 0x01  # block 1, value 77 of activation row 3
+    after = H.gemm_q6x8(dll, 2 * H.QK_K, wx8, 16, act, MAX_ROWS)
+    assert not np.array_equal(before[3], after[3])
+    assert np.array_equal(np.delete(before, 3, 0), np.delete(after, 3, 0))
+
+
 def test_a_drifted_row_is_caught(tiers):
     """The checks above can fail: one activation byte changed in row 5 changes that row only."""
     wtype, block, make_w, make_a, _, _ = H.FORMATS["q4_K"]
@@ -188,6 +252,51 @@ def test_fast_mode_q4_k_m_verifies_exactly_through_the_interleaved_kernel(q4_k_m
     assert not np.array_equal(single, theirs), "OMNIDRAFT_SBQ4=0 did not reach ggml's kernels"
     rms = float(np.sqrt(np.mean((single - theirs) ** 2)))
     assert rms <= 0.05 * float(theirs.std()), f"differs from ggml's kernels by {rms / theirs.std():.3g} of the spread"
+
+
+# Run in a child process: a product ggml cannot place aborts the process (GGML_ASSERT in the scheduler).
+_SWITCH_AND_BATCHES = """
+import os, sys
+import numpy as np
+from omnidraft.llama import invariance
+from omnidraft.llama.engine import Engine, EngineConfig
+
+def close(a, b):
+    return float(np.sqrt(np.mean((a - b) ** 2))) <= 0.05 * float(b.std())
+
+os.environ.pop("OMNIDRAFT_SBQ4", None)
+with Engine(sys.argv[1], EngineConfig(n_ctx=512, n_threads=2, batch_invariant=False)) as e:
+    ids = e.tokenize(invariance.PROBE_TEXT)[:40]
+    single = np.stack([e.decode([t], "last")[0].copy() for t in ids])  # one row at a time
+    e.reset()
+    prompt = np.array(e.decode(ids, "all"), copy=True)  # 40 rows: Q6_K 8 at a time, Q4_K through ggml's gemm
+    assert close(prompt, single), "a 40-row batch differs from one-row decoding"
+    os.environ["OMNIDRAFT_SBQ4"] = "0"  # after the load: Q4_K back to ggml, the repacked Q6_K stays on sbq6x8
+    for n in (1, 5, 9):
+        e.rollback(30)
+        rows = e.decode(ids[30:30 + n], "all")
+        assert close(rows, single[30:30 + n]), f"{n} rows after OMNIDRAFT_SBQ4=0 differ"
+with Engine(sys.argv[1], EngineConfig(n_ctx=512, n_threads=2, batch_invariant=False)) as e:  # 0 at load
+    os.environ.pop("OMNIDRAFT_SBQ4")  # the plain Q6_K goes to sbk.cpp, the Q4_K to sbkx8
+    e.decode(ids[:30], "none")
+    assert close(e.decode(ids[30:38], "all"), single[30:38]), "a model loaded with OMNIDRAFT_SBQ4=0 differs"
+print("ok")
+"""
+
+
+def test_fast_mode_q6_k_is_repacked_only_where_every_product_is_taken(q4_k_m_target):
+    """The fast mode repacks Q6_K for sbq6x8.cpp, a layout x86 ggml has no kernel for: every product on
+    such a matrix must go through the hook, and the load-time choice must hold while the process runs.
+    1137d34 re-read OMNIDRAFT_SBQ4 at every graph: set to 0 after the load, ggml's repack buffer declined
+    the repacked matrices' products and the scheduler aborted (GGML_ASSERT(*cur_backend_id != -1)).
+    Here: batches of 40 rows (prompts), OMNIDRAFT_SBQ4=0 after the load and at load."""
+    _require_kernel()
+    env = {k: v for k, v in os.environ.items() if k != "OMNIDRAFT_SBQ4"}
+    run = subprocess.run([sys.executable, "-c", _SWITCH_AND_BATCHES, str(q4_k_m_target)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    why = [x for x in out.splitlines() if "GGML_ASSERT" in x or "Error" in x] or [out[-2000:]]
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), f"exit {run.returncode}: " + "\n".join(why)
 
 
 def test_doctor_names_the_k_quant_kernel(monkeypatch):

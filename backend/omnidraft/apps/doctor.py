@@ -105,7 +105,9 @@ def _sbk_line() -> str:
     state = "on" if llama_build.sbk_active() else "off for this process (OMNIDRAFT_SBQ4=0)"
     arm = f"; {_ARM_UNMEASURED}" if variant >= 4 else ""
     x8 = ("; not fast-mode (repacked) Q4_K: sbkx8.cpp is x86-only, ggml's ARM kernels run it" if variant >= 4 else
-          "; fast-mode (repacked) Q4_K too" if llama_build.has_sbkx8() else
+          "; fast-mode (repacked) Q4_K and Q6_K too (sbkx8.cpp, sbq6x8.cpp)" if llama_build.has_sbq6x8() else
+          "; fast-mode (repacked) Q4_K too (not Q6_K: this build predates sbq6x8.cpp, rerun setup)"
+          if llama_build.has_sbkx8() else
           "; not fast-mode (repacked) Q4_K: this build predates sbkx8.cpp, rerun setup")
     return (f"{_SBQ4_NAMES.get(variant, variant)}, {state}: exact-mode Q4_K / Q6_K / Q5_0 / Q8_0 batches of 1-8 "
             f"rows (Q4_K_M files as downloaded){x8}, bit-identical to decoding{arm}")

@@ -54,9 +54,11 @@ GGML_CPU = os.path.join("vendor", "llama.cpp", "ggml", "src", "ggml-cpu")
 TIERS = ("native", "safe", "baseline")
 COMMON = ["-DLLAVA_BUILD=OFF", "-DGGML_LLAMAFILE=OFF"]
 # The patch: the kernels' own files, copied into ggml-cpu/, and the hooks that call them, in this order;
-# then frhead.patch, which lets a drafter carry a head over its most frequent tokens (gguf_tools.frhead).
-KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h", "sbkx8.cpp")
-HOOKS = ("sbq4-hook.patch", "sbk-hook.patch", "sbkx8-hook.patch", "sbq4-arm-hook.patch", "frhead.patch")
+# then frhead.patch, which lets a drafter carry a head over its most frequent tokens (gguf_tools.frhead); then
+# sbq6x8-hook.patch, which repacks Q6_K on x86 too (the fast mode) for sbq6x8.cpp.
+KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h", "sbkx8.cpp", "sbq6x8.cpp")
+HOOKS = ("sbq4-hook.patch", "sbk-hook.patch", "sbkx8-hook.patch", "sbq4-arm-hook.patch", "frhead.patch",
+         "sbq6x8-hook.patch")
 FRHEAD_MARK = b"omnidraft.head_rows"  # the GGUF key frhead.patch reads: in libllama's strings only when patched
 
 # ggml option -> the /proc/cpuinfo flags it needs (all of them)
@@ -250,6 +252,12 @@ def has_sbkx8() -> bool:
     return lib is not None and getattr(lib, "sbk_q4kx8_gemm", None) is not None
 
 
+def has_sbq6x8() -> bool:
+    """Whether the build carries sbq6x8.cpp: the fast mode repacks Q6_K (a third of a Q4_K_M file) for it."""
+    lib = _cpu_lib()
+    return lib is not None and getattr(lib, "sbk_q6kx8_gemm", None) is not None
+
+
 def sbk_active() -> int:
     """The variant plain Q4_K/Q6_K/Q8_0 products (the exact mode's) run through now (0: ggml's own)."""
     return 0 if _sbq4_off() else sbk_variant() or 0
@@ -332,8 +340,9 @@ def main(argv: list[str]) -> int:
     cmd = argv[0] if argv else "check"
     if cmd == "check":  # setup's question: is a (re)build needed?
         why = problems()
-        if not why and sbq4_wanted() and (sbq4_variant() is None or sbk_variant() is None or not has_sbkx8()):
-            why = ["built without omnidraft's small-batch kernels (or without the repacked Q4_K one)"]
+        if not why and sbq4_wanted() and (sbq4_variant() is None or sbk_variant() is None or not has_sbkx8()
+                                          or not has_sbq6x8()):
+            why = ["built without omnidraft's small-batch kernels (or without the repacked Q4_K / Q6_K ones)"]
         elif not why and sbq4_wanted() and not has_frhead():
             why = ["built without omnidraft's frequency-ranked drafter head (frhead.patch)"]
         for line in why:

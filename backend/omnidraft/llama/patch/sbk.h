@@ -44,6 +44,14 @@ int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0
 int sbk_q4kx8_gemm(int64_t k, const void * w, int64_t r0, int64_t r1, const void * act, size_t act_row_bytes,
                    int n, float * dst, size_t dst_stride);
 
+// The same over ggml's repacked Q6_K (block_q6_Kx8 with 8-byte interleave, make_block_q6_Kx8; sbq6x8.cpp),
+// groups of 8 rows at w + g * (k/256) * 1680 bytes, activations as above.  x86 ggml has no kernel for this
+// layout: the fast mode repacks Q6_K only where sbk_q6kx8_compiled() (the variant, numbered as
+// ggml_cpu_sbk_variant's x86 ones) is not 0.
+int sbk_q6kx8_gemm(int64_t k, const void * w, int64_t r0, int64_t r1, const void * act, size_t act_row_bytes,
+                   int n, float * dst, size_t dst_stride);
+int sbk_q6kx8_compiled(void);
+
 // ---- the hook in ggml-cpu.c (ggml builds only)
 struct ggml_tensor;
 struct ggml_compute_params;
@@ -59,14 +67,18 @@ int ggml_sbk_takes(const struct ggml_tensor * op);
 void ggml_sbk_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * op,
                       const void * wdata, size_t row_size);
 
-// ---- the hook in repack.cpp (block_q4_Kx8 weights, the fast mode's Q4_K)
-// Whether op is a small batch sbkx8 takes (as ggml_sbk_takes says for the plain layout); the work buffer
-// it needs (the activations as block_q8_K rows); and the product on every thread of the pool: quantize,
-// barrier, groups of 8 weight rows in chunks.  ggml_sbkx8_mul_mat returns 0 (and does nothing) if the
-// work buffer is too small.
+// ---- the hook in repack.cpp (block_q4_Kx8 and block_q6_Kx8 weights, the fast mode's Q4_K and Q6_K)
+// Whether op is a batch sbkx8/sbq6x8 take (Q4_K: 1..8 rows, as ggml_sbk_takes says for the plain layout,
+// unless OMNIDRAFT_SBQ4=0; Q6_K: every MUL_MAT on a matrix ggml_sbq6x8_repacks accepted, any number of rows,
+// 8 at a time, whatever OMNIDRAFT_SBQ4 says by then); the work buffer it needs (the activations as block_q8_K
+// rows); and the product on every thread of the pool: quantize, barrier, groups of 8 weight rows in chunks.
+// ggml_sbkx8_mul_mat returns 0 (and does nothing) if the work buffer is too small.  ggml_sbq6x8_repacks:
+// whether ggml should repack Q6_K tensor t to block_q6_Kx8 on x86, asked as t loads (the kernel is compiled
+// in and OMNIDRAFT_SBQ4 is not "0"); sbq6x8-hook.patch keeps the answer with the tensor.
 int ggml_sbkx8_takes(const struct ggml_tensor * op);
 size_t ggml_sbkx8_work_size(const struct ggml_tensor * op);
 int ggml_sbkx8_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * op);
+int ggml_sbq6x8_repacks(const struct ggml_tensor * t);
 
 #ifdef __cplusplus
 }

@@ -457,40 +457,80 @@ extern "C" int sbk_q4kx8_gemm(int64_t, const void *, int64_t, int64_t, const voi
 #include "ggml-cpu-impl.h"
 #include "quants.h"
 
+// Q4_K (block_q4_Kx8) and Q6_K (block_q6_Kx8, sbq6x8.cpp) share this hook.  Q4_K takes 1..8 rows, larger
+// batches staying with ggml's AVX2 gemm, and OMNIDRAFT_SBQ4=0 sends it back to ggml at any time.  x86 ggml
+// has no kernel for the Q6_K layout (its generic C would run), so a Q6_K matrix is repacked only where this
+// hook takes every product on it: any batch (8 activation rows a call), any OMNIDRAFT_SBQ4 after the load.
+static bool sbq4_off() {
+    const char * env = getenv("OMNIDRAFT_SBQ4");
+    return env != NULL && strcmp(env, "0") == 0;
+}
+
+// The Q6_K matrices sbq6x8.cpp can multiply in ggml's block_q6_Kx8 layout: 2-D (MUL_MAT, not MUL_MAT_ID),
+// whole super-blocks, whole groups of 8 rows.
+static bool q6x8_layout(const ggml_tensor * w) {
+    return SBKX8_VARIANT > 0 && sbk_q6kx8_compiled() > 0 && w->type == GGML_TYPE_Q6_K && w->ne[0] % 256 == 0 &&
+           w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1;
+}
+
 static bool x8_shape_qualifies(const ggml_tensor * op) {
     const ggml_tensor * w = op->src[0];
     const ggml_tensor * x = op->src[1];
-    return SBKX8_VARIANT > 0 && op->op == GGML_OP_MUL_MAT && w->type == GGML_TYPE_Q4_K &&
-           w->ne[0] % 256 == 0 && w->ne[0] / 256 <= 256 && w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1 &&
-           x->type == GGML_TYPE_F32 && x->ne[1] >= 1 && x->ne[1] <= SBK_MAX_ROWS && x->ne[2] == 1 &&
-           x->ne[3] == 1 && x->nb[0] == sizeof(float) && op->type == GGML_TYPE_F32 && op->nb[0] == sizeof(float);
+    if (op->op != GGML_OP_MUL_MAT || x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->ne[3] != 1 ||
+        op->type != GGML_TYPE_F32 || !ggml_is_contiguous(op)) {
+        return false;  // none of these reach repack.cpp's MUL_MAT (its supports_op and asserts)
+    }
+    if (w->type == GGML_TYPE_Q6_K) {
+        return q6x8_layout(w);  // every activation shape: rows (ne[1]) by batches (ne[2]), 8 rows a call
+    }
+    return SBKX8_VARIANT > 0 && w->type == GGML_TYPE_Q4_K && w->ne[0] % 256 == 0 && w->ne[0] / 256 <= 256 &&
+           w->ne[1] % 8 == 0 && w->ne[2] == 1 && w->ne[3] == 1 && x->ne[1] >= 1 && x->ne[1] <= SBK_MAX_ROWS &&
+           x->ne[2] == 1;
+}
+
+static bool is_output_matrix(const ggml_tensor * t) {
+    return strcmp(t->name, "output.weight") == 0 || strcmp(t->name, "token_embd.weight") == 0;
+}
+
+// Which Q6_K matrices ggml repacks, asked as each loads (the choice then stays with the tensor, see
+// sbq6x8-hook.patch): every one sbq6x8 can multiply, unless OMNIDRAFT_SBQ4 is "0" at load.  The output
+// matrix too: on the 1.5B Q4_K_M (2 threads, Zen 4) repacking it left T(1) where keeping it plain did and
+// cut T(4) / T(8) a little more (results/issue41/q6k-reland).  OMNIDRAFT_SBQ6X8, read at load, is for
+// scripts/lab/q6k_variants.py: "none" repacks no Q6_K, "noout" all but the output matrix.
+extern "C" int ggml_sbq6x8_repacks(const ggml_tensor * t) {
+    const char * v = getenv("OMNIDRAFT_SBQ6X8");
+    const bool wanted = v == NULL || (strcmp(v, "none") != 0 && !(strcmp(v, "noout") == 0 && is_output_matrix(t)));
+    return q6x8_layout(t) && !sbq4_off() && wanted;
 }
 
 extern "C" size_t ggml_sbkx8_work_size(const ggml_tensor * op) {
-    return x8_shape_qualifies(op) ? (size_t) op->src[1]->ne[1] * (op->src[0]->ne[0] / 256) * 292 : 0;
+    return x8_shape_qualifies(op) ? (size_t) (op->src[1]->ne[1] * op->src[1]->ne[2]) * (op->src[0]->ne[0] / 256) * 292
+                                  : 0;
 }
 
 extern "C" int ggml_sbkx8_takes(const ggml_tensor * op) {
-    const char * env = getenv("OMNIDRAFT_SBQ4");
-    return x8_shape_qualifies(op) && !(env != NULL && strcmp(env, "0") == 0);
+    return x8_shape_qualifies(op) && (op->src[0]->type == GGML_TYPE_Q6_K || !sbq4_off());
 }
 
 extern "C" int ggml_sbkx8_mul_mat(const ggml_compute_params * params, ggml_tensor * op) {
     if (params->wsize < ggml_sbkx8_work_size(op)) {
-        return 0;  // planned for ggml's own path (OMNIDRAFT_SBQ4 changed in between): let it run
+        return 0;  // cannot happen: ggml plans the same bytes (block_q8_K rows of every activation row)
     }
     const ggml_tensor * w = op->src[0];
     const ggml_tensor * x = op->src[1];
     const int ith = params->ith, nth = params->nth;
     const int64_t nb = w->ne[0] / 256;
-    const int n = (int) x->ne[1];
+    const int64_t n = x->ne[1] * x->ne[2];  // activation rows, batch by batch; op is contiguous: row j at j*nb[1]
     uint8_t * act = (uint8_t *) params->wdata;
     const size_t row_bytes = (size_t) nb * 292;
+    const size_t dst_stride = op->nb[1] / sizeof(float);
+    const auto gemm = w->type == GGML_TYPE_Q6_K ? sbk_q6kx8_gemm : sbk_q4kx8_gemm;
 
     // every thread quantizes its share of the blocks of every activation row (blocks are independent)
     const int64_t b0 = nb * ith / nth, b1 = nb * (ith + 1) / nth;
-    for (int j = 0; j < n; j++) {
-        const float * row = (const float *) ((const char *) x->data + j * x->nb[1]);
+    for (int64_t j = 0; j < n; j++) {
+        const float * row = (const float *) ((const char *) x->data + (j % x->ne[1]) * x->nb[1] +
+                                             (j / x->ne[1]) * x->nb[2]);
         if (b1 > b0) {
             quantize_row_q8_K(row + b0 * 256, act + j * row_bytes + b0 * 292, (b1 - b0) * 256);
         }
@@ -500,14 +540,22 @@ extern "C" int ggml_sbkx8_mul_mat(const ggml_compute_params * params, ggml_tenso
     }
     ggml_barrier(params->threadpool);
 
-    // groups of 8 weight rows in 4 chunks per thread, taken as threads come free; which thread
-    // computes a row never changes its value
+    // groups of 8 weight rows in 4 chunks per thread, taken as threads come free; which thread computes a
+    // row never changes its value, nor does which 8 activation rows it shares a call with.  Past 8
+    // activation rows (Q6_K only: prompts) a chunk goes 8 groups at a time, so their weights stay in L2
+    // while every slice of 8 activation rows passes over them.
     const int64_t ngroups = w->ne[1] / 8;
     const int64_t nchunks = std::min<int64_t>(ngroups, 4 * nth);
+    const int64_t step = n > SBK_MAX_ROWS ? 8 : ngroups;
     for (int64_t c = ith; c < nchunks; c = ggml_threadpool_chunk_add(params->threadpool, 1)) {
         const int64_t g0 = ngroups * c / nchunks, g1 = ngroups * (c + 1) / nchunks;
-        sbk_q4kx8_gemm(w->ne[0], w->data, g0 * 8, g1 * 8, act, row_bytes, n, (float *) op->data,
-                       op->nb[1] / sizeof(float));
+        for (int64_t g = g0; g < g1; g += step) {
+            const int64_t ge = std::min(g1, g + step);
+            for (int64_t j = 0; j < n; j += SBK_MAX_ROWS) {
+                gemm(w->ne[0], w->data, g * 8, ge * 8, act + j * row_bytes, row_bytes,
+                     (int) std::min<int64_t>(SBK_MAX_ROWS, n - j), (float *) op->data + j * dst_stride, dst_stride);
+            }
+        }
     }
     return 1;
 }
