@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import waitress
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser
 from waitress.server import BaseWSGIServer
@@ -156,7 +157,7 @@ class ArrivalDispatcher(ThreadedTaskDispatcher):
 def connection_limit(wanted: int) -> int:
     """``wanted``, below the descriptor limit: past it accept() fails and waitress's loop spins on it."""
     try:
-        import resource
+        import resource  # lazy: guarded, POSIX only
     except ImportError:  # not POSIX: no descriptor limit to read
         return wanted
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -172,8 +173,6 @@ def build(app, host: str, port: int, threads: int, max_body: int, limits: NetLim
 
     channel_request_lookahead lets waitress notice a client that hangs up mid-request, so the app can
     stop its work and the HTTP thread is freed."""
-    import waitress
-
     limits = limits or NetLimits()
     dispatcher = ArrivalDispatcher()
     dispatcher.set_thread_count(threads)

@@ -10,12 +10,12 @@ import json
 import os
 from pathlib import Path
 
+from omnidraft.errors import BadRequest
+
 
 def check_dir(path: Path, flag: str) -> None:
     """Raise BadRequest (one line naming ``flag``) unless ``path`` is a directory this process can write to
     (made if missing): checked at start-up, so a bad one stops a command before it loads or measures."""
-    from omnidraft.errors import BadRequest
-
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,7 @@ from omnidraft.online.outbox import Outbox, Uploader
 from omnidraft.online.rates import acceptance_text, measured
 from omnidraft.online.records import build_record
 from omnidraft.online.registry import DrafterRegistry
+from omnidraft.runtime.session import Session
 from omnidraft.spec.generator import GenerationParams
 from omnidraft.spec.policy import DraftPolicy, PolicyConfig
 from omnidraft.spec.stats import GenerationStats
@@ -234,8 +235,6 @@ class Run:
 
 
 def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
-    from omnidraft.runtime.session import Session
-
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     _fresh(out)

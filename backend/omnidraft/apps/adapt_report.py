@@ -55,11 +55,11 @@ def summary_lines(s: dict) -> list[str]:
 def plot(curve: list[dict], control: dict | None, path: Path, settings=None, old: dict | None = None,
          title: str = "") -> Path | None:
     """Acceptance and tau over the prompts streamed (control dashed), and the old domains before/after."""
-    try:
+    try:  # lazy: matplotlib costs ~0.7 s at start-up and is the optional 'plots' extra (no plot without it)
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: as above
     except ImportError:
         return None
     panels = 3 if old else 2

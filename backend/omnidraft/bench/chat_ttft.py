@@ -19,13 +19,14 @@ import time
 from pathlib import Path
 
 from omnidraft.assets import models
+from omnidraft.assets.corpora import sharegpt_conversations, sharegpt_heldout
+from omnidraft.runtime.session import Session, Settings
+from omnidraft.spec.generator import GenerationParams
 
 log = logging.getLogger(__name__)
 
 
 def conversations(n: int, turns: int, max_chars: int = 600) -> list[list[dict]]:
-    from omnidraft.assets.corpora import sharegpt_conversations, sharegpt_heldout
-
     roles = {"human": "user", "gpt": "assistant"}
     out = []
     for conv in sharegpt_conversations():
@@ -43,8 +44,6 @@ def conversations(n: int, turns: int, max_chars: int = 600) -> list[list[dict]]:
 
 def first_token_s(gen, messages: list[dict], reuse: bool) -> tuple[float, int, int]:
     """Seconds to the first generated token; prompt tokens; tokens kept from before."""
-    from omnidraft.spec.generator import GenerationParams
-
     t0 = time.perf_counter()
     prompt = gen.prompt_from_messages(messages)
     final = gen.generate(prompt, GenerationParams(max_tokens=1, reuse_prefix=reuse))
@@ -52,9 +51,6 @@ def first_token_s(gen, messages: list[dict], reuse: bool) -> tuple[float, int, i
 
 
 def run(target: str, n: int, turns: int, threads: int) -> dict:
-    from omnidraft.spec.generator import GenerationParams
-    from omnidraft.runtime.session import Session, Settings
-
     session = Session(Settings(target=target, method="target", threads=threads, n_ctx=4096))
     gen = session.generator("target")
     rows = []

@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gguf_tools.quantize import quantize
 from omnidraft.assets import models, prompts, snapshot
 from omnidraft.cliutil import add_dataclass_args, dataclass_from_args
-from omnidraft.llama.engine import AUTO, KERNEL_CHOICES, KernelMode
+from omnidraft.errors import from_gguf_tools
+from omnidraft.llama import invariance, log as llama_log
+from omnidraft.llama.costmodel import CostModel, time_passes
+from omnidraft.llama.engine import AUTO, Engine, EngineConfig, KERNEL_CHOICES, KernelMode
+from omnidraft.runtime.session import Session, Settings
+from omnidraft.spec.generator import GenerationParams
+from omnidraft.spec.stats import GenerationStats
+
+from . import device, passes, peer, projection, report, runner
+from .runner import Config
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +135,6 @@ def register(sub) -> None:
                                    "|difference|, argmax flips), T(n)/T(1), and the verification plan it allows.")
     _settings_args(kk, KernelsSettings, _cmd_kernels)
 
-    from . import passes
-
     pp = bs.add_parser("passes", help="T(n) of a target pass per kernel build, beside this CPU's roofline",
                        description=passes.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     passes.add_arguments(pp)
@@ -136,8 +145,6 @@ def register(sub) -> None:
                                   "quantization (re-quantized from the shipped file with `omnidraft gguf "
                                   "quantize`) and thread count, and prints the speedup ceiling at 100 % acceptance.")
     _settings_args(c, CostmodelSettings, _cmd_costmodel)
-
-    from . import device, projection
 
     y = bs.add_parser("synthetic", help="cost model from random-weight models of the real shapes (any machine)",
                       description="Writes skeletons of the cached real models (metadata + tensor shapes, no "
@@ -173,10 +180,6 @@ def _csv(s: str) -> list[str]:
 
 
 def _cmd_run(cfg: RunSettings) -> int:
-    from omnidraft.spec.generator import GenerationParams
-    from omnidraft.runtime.session import Session, Settings
-    from . import report, runner
-
     preset = dict(PRESETS[cfg.preset])
     preset.update({k: getattr(cfg, k) for k in preset if getattr(cfg, k, None) is not None})  # flags given win
     draft = cfg.draft
@@ -249,8 +252,6 @@ def _cmd_run(cfg: RunSettings) -> int:
 
 def _configs(methods: list[str], ks: list[int], adaptive: bool, same_vocab: bool, gamma: bool = True,
              adaptive_k: int = 0):
-    from .runner import Config
-
     out = []
     for m in methods:
         if m == "target":
@@ -273,17 +274,10 @@ def _ceiling(cost, ks: list[int]) -> dict[int, float]:
 
 
 def _argv_of() -> list[str]:
-    import sys
-
     return sys.argv[sys.argv.index("run") + 1:] if "run" in sys.argv else []
 
 
 def _cmd_kernels(cfg: KernelsSettings) -> int:
-    from omnidraft.llama import invariance
-    from omnidraft.assets import models
-    from omnidraft.llama.engine import Engine, EngineConfig
-    from . import report, runner
-
     prefixes = tuple(int(x) for x in _csv(cfg.prefixes))
     rows = []
     for target in _csv(cfg.targets):
@@ -319,16 +313,6 @@ def _cmd_kernels(cfg: KernelsSettings) -> int:
 
 
 def _cmd_costmodel(cfg: CostmodelSettings) -> int:
-    from omnidraft.assets import models
-    from omnidraft.llama.costmodel import time_passes
-    from omnidraft.llama.engine import Engine, EngineConfig
-    from . import report, runner
-
-    from gguf_tools.quantize import quantize
-
-    from omnidraft.errors import from_gguf_tools
-    from omnidraft.llama import log as llama_log
-
     target_path = models.resolve(cfg.target)
     draft_path = models.resolve(cfg.draft)
     work = models.cache_dir() / "quant-sweep"
@@ -345,7 +329,6 @@ def _cmd_costmodel(cfg: CostmodelSettings) -> int:
                     Engine(draft_path, EngineConfig(n_ctx=1024, n_threads=th, batch_invariant=False)) as d:
                 tv = time_passes(t, range(1, cfg.max_n + 1))
                 td = time_passes(d, range(1, 2))[1]
-            from omnidraft.llama.costmodel import CostModel
 
             cm = CostModel(tv, td)
             entry = {"quant": q, "threads": th, "cost_model": cm.as_dict(),
@@ -367,11 +350,6 @@ def _cmd_costmodel(cfg: CostmodelSettings) -> int:
 
 
 def _cmd_peer(cfg: PeerSettings) -> int:
-    from omnidraft.spec.generator import GenerationParams
-    from omnidraft.spec.stats import GenerationStats
-    from omnidraft.runtime.session import Session, Settings
-    from . import peer, report, runner
-
     items = [i for i in prompts.load(cfg.set).split("heldout") if not i.chat][: cfg.n]
     texts = [i.prompt for i in items]
     session = Session(Settings(target=cfg.target, draft=cfg.draft, threads=cfg.threads, method="omnidraft"))

@@ -22,7 +22,17 @@ import sys
 import time
 from pathlib import Path
 
+import llama_cpp
+import numpy as np  # after llama_cpp: its libstdc++ first (see scripts/device/device_costmodel.sh)
+
+from gguf_tools import synth
 from omnidraft.assets import models
+from omnidraft.errors import from_gguf_tools
+from omnidraft.llama import log as llama_log
+from omnidraft.llama.costmodel import time_passes
+from omnidraft.llama.engine import Engine, EngineConfig
+
+from . import runner
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +76,6 @@ def _run(cmd: list[str]) -> str:
 
 def synthesize(skeletons: Path, work: Path, names: list[str], seed: int = 0) -> dict[str, dict]:
     """Build each named model from ``skeletons/<name>.gguf.gz`` into ``work``; return name -> description."""
-    from gguf_tools import synth
-
-    from omnidraft.errors import from_gguf_tools
-    from omnidraft.llama import log as llama_log
-
     work.mkdir(parents=True, exist_ok=True)
     out: dict[str, dict] = {}
     for name in names:
@@ -91,12 +96,6 @@ def synthesize(skeletons: Path, work: Path, names: list[str], seed: int = 0) -> 
 def measure_one(path: str | os.PathLike, threads: int, gpu: bool, batch_invariant: bool, max_n: int = 8,
                 repeats: int = 5) -> dict:
     """T_verify(1..max_n) of one model in one setting, with load time and a finite-logits check."""
-    from omnidraft.llama.costmodel import time_passes
-    from omnidraft.llama.engine import Engine, EngineConfig
-
-    import llama_cpp
-    import numpy as np
-
     llama_cpp.llama_backend_init()  # Engine never calls it; builds made on the lent machine crashed loading without
     cfg = EngineConfig(n_ctx=1024, n_threads=threads, n_gpu_layers=-1 if gpu else 0,
                        batch_invariant=batch_invariant)
@@ -119,9 +118,6 @@ def measure_direct(path: str, threads: int, gpu: bool, batch_invariant: bool, ma
     Builds made on the lent machine segfaulted inside llama_model_load_from_file when called
     from Engine, but loaded through llama_cpp.Llama (2026-11-26); same passes, same timing.
     """
-    import llama_cpp
-    import numpy as np  # after llama_cpp: its libstdc++ first (see scripts/device/device_costmodel.sh)
-
     t0 = time.perf_counter()
     llm = llama_cpp.Llama(str(path), n_ctx=1024, n_batch=512, n_threads=threads, n_threads_batch=threads,
                           n_gpu_layers=-1 if gpu else 0, logits_all=False, verbose=True,
@@ -254,21 +250,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_synthetic(args: argparse.Namespace) -> int:
     """``omnidraft bench costmodel --synthetic``: skeletons of the cached real models, random models, timings."""
-    from gguf_tools import synth
-
-    from omnidraft.assets import models as registry
-    from omnidraft.errors import from_gguf_tools
-    from . import runner
-
     names = [x.strip() for x in args.models.split(",") if x.strip()]
-    work = registry.cache_dir() / "synthetic"
+    work = models.cache_dir() / "synthetic"
     skel_dir = work / "skeletons"
     skel_dir.mkdir(parents=True, exist_ok=True)
     for name in names:
         skel = skel_dir / f"{name}.gguf.gz"
         if not skel.exists():
             with from_gguf_tools():
-                synth.skeleton(registry.resolve(name), skel)
+                synth.skeleton(models.resolve(name), skel)
     out = Path(args.out) / f"device-{args.label or 'here'}-{runner.now_tag()}.json"
     run(skel_dir, work, names, [int(t) for t in args.threads.split(",")], args.gpu, out, args.max_n, args.repeats,
         args.label or "here")

@@ -32,6 +32,11 @@ from pathlib import Path
 from statistics import median
 
 from omnidraft.assets import models
+from omnidraft.llama import build as llama_build, costmodel, invariance
+from omnidraft.llama import log as llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
+from omnidraft.llama.engine import Engine, EngineConfig
+
+from . import report, roofline
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +45,6 @@ MAX_N = 8
 
 def child(path: str, threads: int, rounds: int, fidelity: bool, mode: str = "fast") -> dict:
     """In this process: T(1..MAX_N) of one engine mode (seconds, every sample) and its fidelity."""
-    from omnidraft.llama import costmodel, invariance, build as llama_build
-    from omnidraft.llama.engine import Engine, EngineConfig
-
     with Engine(path, EngineConfig(n_ctx=1024, n_threads=threads, batch_invariant=(mode == "exact"))) as e:
         fid = invariance.measure(e, MAX_N, timing=False) if fidelity else None
         times = costmodel.sample_passes(e, range(1, MAX_N + 1), rounds)
@@ -107,10 +109,11 @@ def _table(target: str, threads: int, res: dict, floor: list[float], ceiling) ->
 
 def plot(data: dict, path: Path) -> None:
     """T(n) in ms per kernel and the roofline, one panel per (target, threads)."""
+    # lazy: matplotlib costs ~0.7 s at start-up and is the optional 'plots' extra
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above
 
     runs = data["runs"]
     fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.6), squeeze=False)
@@ -153,12 +156,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_passes(args) -> int:
     threads_list = [int(t) for t in args.threads_list.split(",")]
     if args.child:
-        from omnidraft.llama import log as llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
-
         print(json.dumps(child(args.child, threads_list[0], args.rounds, args.fidelity, args.mode)))
         return 0
-    from omnidraft.assets import models
-    from . import report, roofline
 
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     if args.upstream and "upstream" not in kernels:

@@ -28,6 +28,7 @@ class _CountingForward:
 
 
 def load_hf(path):
+    # lazy: torch and transformers cost ~6 s at start-up and are the optional 'train' extra
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -39,6 +40,7 @@ def load_hf(path):
 
 def run_peer(target_path, draft_path, prompts: list[str], max_new_tokens: int, k: int | None) -> dict:
     """HF UAG over ``prompts``; k=None keeps transformers' own heuristic draft-length schedule."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     ttok, tmodel = load_hf(target_path)

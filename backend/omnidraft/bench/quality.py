@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from omnidraft.assets import prompts
+from omnidraft.assets import models, prompts
+from omnidraft.llama.engine import Engine, EngineConfig
 
 
 def heldout_text(max_chars: int = 60_000) -> str:
@@ -28,8 +29,6 @@ def heldout_text(max_chars: int = 60_000) -> str:
 
 
 def perplexity(path: Path, text: str, window: int = 512, threads: int = 0) -> dict:
-    from omnidraft.llama.engine import Engine, EngineConfig
-
     with Engine(path, EngineConfig(n_ctx=window + 8, n_threads=threads, n_batch=window)) as e:
         ids = e.tokenize(text, add_bos=False)
         nll, n = 0.0, 0
@@ -47,8 +46,6 @@ def perplexity(path: Path, text: str, window: int = 512, threads: int = 0) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    from omnidraft.assets import models
-
     p = argparse.ArgumentParser(prog="python -m omnidraft.bench.quality", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--targets", default=f"{models.QWEN_05B},{models.QWEN_05B}:q4_0")

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 from pathlib import Path
 
+import llama_cpp
+
 from omnidraft.llama.build import has_llamafile
+from omnidraft.spec.stats import STEP_PARTS
 
 
 def machine(gpu: bool = False) -> dict:
     """The CPU, the build and (``gpu``) the GPUs nvidia-smi names, for every result file."""
-    import llama_cpp
-
     cpu = platform.processor()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -29,8 +31,6 @@ def machine(gpu: bool = False) -> dict:
 
 
 def _gpus() -> str:
-    import subprocess
-
     try:
         return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
                               capture_output=True, text=True, timeout=30).stdout.strip()
@@ -66,8 +66,6 @@ def results_table(results: dict[str, dict]) -> str:
 
 def step_table(results: dict[str, dict]) -> str:
     """Where a speculative step's time goes (stats.STEP_PARTS): ms per step, and each part's share of it."""
-    from omnidraft.spec.stats import STEP_PARTS
-
     names = {"target": "target pass", "sample": "sample/accept"}
     lines = ["| config | step | " + " | ".join(names.get(p, p) for p in STEP_PARTS) + " |",
              "|" + "---|" * (len(STEP_PARTS) + 2)]
@@ -111,11 +109,11 @@ def cost_table(cost: dict) -> str:
 
 def plots(results: dict[str, dict], out_prefix: Path) -> list[Path]:
     """speedup and tau vs draft length per method; time breakdown per config."""
-    try:
+    try:  # lazy: matplotlib costs ~0.7 s at start-up and is the optional 'plots' extra (no plot without it)
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: as above
     except ImportError:
         return []
     written = []

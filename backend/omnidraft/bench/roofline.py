@@ -18,6 +18,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gguf_tools.inspect import read
+from omnidraft.errors import from_gguf_tools
+from omnidraft.llama import build as llama_build
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("roofline.c")
@@ -38,8 +42,6 @@ class Ceiling:
 
 
 def _isa_flags() -> list[str]:
-    from omnidraft.llama import build as llama_build
-
     flags = llama_build.cpu_flags()
     if not llama_build.is_x86():
         return []
@@ -75,10 +77,6 @@ def measure(threads: list[int]) -> dict[int, Ceiling]:
 def model_weights(path: Path) -> tuple[int, int]:
     """(bytes, parameters) of the weights a decode streams: every matrix but the token embedding (read one
     row at a time), unless the model ties its output head to it."""
-    from gguf_tools.inspect import read
-
-    from omnidraft.errors import from_gguf_tools
-
     with from_gguf_tools():
         tensors = read(path).tensors
     names = {t.name for t in tensors}

@@ -13,6 +13,7 @@ import resource
 import time
 from dataclasses import dataclass, field
 
+from llama_cpp import Llama
 from tqdm import tqdm
 
 from omnidraft.llama.costmodel import CostModel, CostSampler, predicted_time, speedup
@@ -191,8 +192,6 @@ class PeerLlama:
     "x plain llama-cpp-python" figure measured with it before 2026-11-28."""
 
     def __init__(self, path, threads: int = 0, gpu_layers: int = 0):
-        from llama_cpp import Llama
-
         n = threads or os.cpu_count() or 1
         self.llm = Llama(model_path=str(path), n_ctx=4096, n_threads=n, n_threads_batch=n, n_gpu_layers=gpu_layers,
                          verbose=False)

@@ -33,7 +33,9 @@ from omnidraft.cliutil import add_dataclass_args, dataclass_from_args
 
 from . import dist
 from .data import PrepConfig, prepare
+from .export import export, grow
 from .headrank import HeadRankConfig, build as build_head_rank
+from .plot import plot
 from .teacher import TeacherConfig, run_teacher
 from .train import TrainConfig, train
 
@@ -66,8 +68,6 @@ class GrowConfig:
 
 
 def grow_drafter(cfg: GrowConfig) -> dict:
-    from .export import grow
-
     extra = [int(i) for i in cfg.add.split(",") if i.strip()]
     return grow(cfg.base, cfg.donor, extra, Path(cfg.out), cfg.qtype, cfg.embed_type or None)
 
@@ -85,9 +85,6 @@ class AllConfig:
 
 def export_choices(cfg: ExportConfig) -> None:
     """Export every trained layer choice, then the plot and the JSON of exports and histories."""
-    from .export import export
-    from .plot import plot
-
     hists, rows = {}, {}
     for choice in [c for c in cfg.choices.split(",") if c]:
         d = Path(cfg.trained) / choice

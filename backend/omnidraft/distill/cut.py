@@ -7,6 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from omnidraft.assets import models
+from omnidraft.trainer.model import load_gguf_model
+
 
 def cut_model(model, layers: list[int]):
     """Keep ``layers`` (in order) of a transformers Llama/Qwen2 model, renumbered 0..n-1."""
@@ -28,6 +31,7 @@ def grow_model(model, donor, extra: list[int]):
 
 def _set_layers(model, kept: list, layer_types: list | None):
     """``kept`` as the model's layers, numbered 0..n-1 (each attention's index into the KV cache)."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     for n, layer in enumerate(kept):
@@ -43,14 +47,11 @@ def local_gguf(name_or_path: str) -> str:
     """A GGUF path as given, or a registry name (``smollm2-135m``) resolved to its local file."""
     if Path(name_or_path).exists():
         return name_or_path
-    from omnidraft.assets import models
 
     return str(models.resolve(name_or_path))
 
 
 def load_cut(draft_gguf: str, layers: list[int]):
-    from omnidraft.trainer.model import load_gguf_model
-
     return cut_model(load_gguf_model(local_gguf(draft_gguf)), layers)
 
 
@@ -92,6 +93,7 @@ def save_trained(model, names, out: Path, max_bytes: int = 15 << 20) -> list[Pat
 
 def load_trained(draft_gguf: str, layers: list[int], trained_dir: Path):
     """The cut drafter with the tensors of ``trained_dir`` (see :func:`save_trained`) put in."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     model = load_cut(draft_gguf, layers)

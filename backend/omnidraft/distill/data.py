@@ -15,18 +15,26 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing as mp
+import os
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+from tqdm import tqdm
 
 from omnidraft.assets import models
 from omnidraft.assets.corpora import first_user_turns
 from omnidraft.assets.prompts import Item
+from omnidraft.llama.engine import Engine, EngineConfig
+from omnidraft.vocab import chat
+from omnidraft.vocab.bridge import build_bridge
+
+from .sources import SOURCES, source_texts
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +112,6 @@ class _Aligner:
     """Both tokenizers and their bridge: turns a Text into the arrays of one example or one prompt."""
 
     def __init__(self, target: str, draft: str, max_tokens: int):
-        from omnidraft.assets import models
-        from omnidraft.llama.engine import Engine, EngineConfig
-        from omnidraft.vocab.bridge import build_bridge
-
         self.target = Engine(models.resolve(target), EngineConfig(vocab_only=True))
         self.draft = Engine(models.resolve(draft), EngineConfig(vocab_only=True))
         self.bridge = build_bridge(self.draft, self.target)
@@ -120,8 +124,6 @@ class _Aligner:
     def example(self, x) -> tuple | None:
         """(t_ids, d_ids, slots) of a teacher-forced text: the drafter's tokens cover the same bytes as the
         target's first ``max_tokens``; None when too short or the two byte strings disagree."""
-        from omnidraft.vocab import chat
-
         t_ids = chat.tokenize(self.target, x.text, x.plain, False)[: self.max_tokens]
         t_p = pieces(self.target, t_ids)
         n_bytes = sum(len(p) for p in t_p)
@@ -139,8 +141,6 @@ class _Aligner:
                 slots(d_ids, d_p, t_ids, t_p, self.bridge.d2t))
 
     def prompt(self, x) -> tuple | None:
-        from omnidraft.vocab import chat
-
         t_ids = chat.tokenize(self.target, x.text, x.plain, False)
         d_ids = chat.tokenize(self.draft, x.text, x.plain, False)
         if not 8 <= len(t_ids) <= 2 * self.max_tokens:
@@ -157,8 +157,6 @@ def _init_worker(target, draft, max_tokens):
 
 
 def _align(x):
-    from .sources import SOURCES
-
     a = _WORKER["a"]
     got = a.prompt(x) if x.prompt else a.example(x)
     return None if got is None else (x.prompt, SOURCES.index(x.src), got)
@@ -166,13 +164,6 @@ def _align(x):
 
 def _aligned(cfg: PrepConfig, template, progress: bool) -> Iterator[tuple]:
     """(is_prompt, source index, arrays) of every text that aligns, tokenised by ``workers`` processes."""
-    import multiprocessing as mp
-    import os
-
-    from tqdm import tqdm
-
-    from .sources import source_texts
-
     total = cfg.code + cfg.code_other + cfg.nl + cfg.chat + cfg.gen_code + cfg.gen_code_other + cfg.gen_nl \
         + cfg.gen_chat + cfg.man + cfg.gen_man
     workers = cfg.workers or os.cpu_count() or 1
@@ -184,12 +175,6 @@ def _aligned(cfg: PrepConfig, template, progress: bool) -> Iterator[tuple]:
 
 def prepare(cfg: PrepConfig, progress: bool = True) -> dict:
     """Tokenise the sources with both vocabularies and align them; write ``cfg.out``."""
-    from dataclasses import asdict
-
-    from omnidraft.assets import models
-
-    from .sources import SOURCES
-
     t0 = time.perf_counter()
     al = _Aligner(cfg.target, cfg.draft, cfg.max_tokens)
     ex = {k: [] for k in ("t", "d", "slot", "src")}

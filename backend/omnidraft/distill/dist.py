@@ -52,6 +52,7 @@ def group(device: str, timeout_minutes: float = 60.0) -> Iterator[Dist]:
     """Join torchrun's process group for the block (nothing to join without WORLD_SIZE).  The timeout is long
     because ranks wait in a collective for the slowest one's share of the teacher, and for rank 0 to merge and
     write its files."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
     import torch.distributed as td
 
@@ -93,6 +94,7 @@ def _die(d: Dist) -> None:
 
 def device(spec: str, d: Dist):
     """The torch device of this rank: ``cuda`` means ``cuda:LOCAL_RANK``."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     dev = torch.device(spec)
@@ -103,6 +105,7 @@ def device(spec: str, d: Dist):
 
 def _comm_device(d: Dist):
     """NCCL reduces tensors on the GPU, gloo on the CPU."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     return torch.device("cuda", d.local_rank) if d.backend == "nccl" else torch.device("cpu")
@@ -110,7 +113,7 @@ def _comm_device(d: Dist):
 
 def barrier(d: Dist) -> None:
     if d.active:
-        import torch.distributed as td
+        import torch.distributed as td  # lazy: torch costs ~4.5 s at start-up, the optional 'train' extra
 
         td.barrier()
 
@@ -119,6 +122,7 @@ def all_reduce_sum(values: Sequence[float], d: Dist) -> list[float]:
     """Element-wise sums over the ranks, in float64 so that sums of counts stay exact."""
     if not d.active:
         return [float(v) for v in values]
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
     import torch.distributed as td
 
@@ -131,6 +135,7 @@ def broadcast_flag(flag: bool, d: Dist) -> bool:
     """Rank 0's ``flag`` on every rank: decisions taken from a clock (stop now?) must agree everywhere."""
     if not d.active:
         return flag
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
     import torch.distributed as td
 
@@ -149,6 +154,7 @@ def gather_filled(items: list, d: Dist) -> list:
     """Each rank filled its own entries of ``items`` (others None); every rank gets all of them."""
     if not d.active:
         return items
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch.distributed as td
 
     parts: list = [None] * d.world
@@ -162,6 +168,7 @@ def ddp(module, d: Dist):
     unused ones; buffers (rotary tables) are equal everywhere, so not re-broadcast each step."""
     if not d.active:
         return module
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [d.local_rank] if d.backend == "nccl" else None

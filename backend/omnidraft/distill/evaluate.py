@@ -19,21 +19,29 @@ import json
 import logging
 import time
 from pathlib import Path
+from statistics import median
 
 import numpy as np
+from tqdm import tqdm
 
 from omnidraft.assets import models
 from omnidraft.assets.snapshot import load_set
+# the one edge from distill to bench (tests/test_architecture.py names it): measuring a drafter is a run of the
+# benchmark runner's configurations
+from omnidraft.bench.runner import BenchContext, Config
+from omnidraft.llama.costmodel import time_passes
+from omnidraft.llama.engine import Engine, EngineConfig
+from omnidraft.runtime.session import Session, Settings
+from omnidraft.spec.generator import GenerationParams
+from omnidraft.spec.stats import GenerationStats
+
+from .data import chat_items
 
 log = logging.getLogger(__name__)
 
 
 def t_draft(path, threads: int = 2, repeats: int = 9) -> float:
     """Median seconds of one drafter token after a 128-token prefix (the Engine, ``threads`` threads)."""
-    from omnidraft.assets import models
-    from omnidraft.llama.costmodel import time_passes
-    from omnidraft.llama.engine import Engine, EngineConfig
-
     with Engine(models.resolve(path), EngineConfig(n_ctx=512, n_threads=threads, batch_invariant=False)) as e:
         return time_passes(e, range(1, 2), repeats=repeats)[1]
 
@@ -41,12 +49,6 @@ def t_draft(path, threads: int = 2, repeats: int = 9) -> float:
 def timing(drafts: list[str], target: str, threads: int = 2, rounds: int = 5) -> dict:
     """T_draft of each drafter and the target's T_verify(n), n = 1..7, in interleaved rounds (medians), so
     that other load on the machine hits all of them alike."""
-    from statistics import median
-
-    from omnidraft.assets import models
-    from omnidraft.llama.costmodel import time_passes
-    from omnidraft.llama.engine import Engine, EngineConfig
-
     engines = {d: Engine(models.resolve(d), EngineConfig(n_ctx=512, n_threads=threads, batch_invariant=False))
                for d in drafts}
     tgt = Engine(models.resolve(target), EngineConfig(n_ctx=512, n_threads=threads))
@@ -70,18 +72,12 @@ def items_for(name: str, n: int, seed: int = 0):
     # load_set (assets.snapshot) also knows the repository (repo_sets) and language (lang_sets) sets and .json
     # snapshots
     if name == "chat":
-        from .data import chat_items
-
         return chat_items(seed, n)
     return load_set(name, seed).split("heldout")[:n]
 
 
 def parse_configs(spec: str):
     """'target,6,cost' -> [target, omnidraft k=6 fixed, omnidraft adaptive (cost policy, k <= 6)]."""
-    # the one edge from distill to bench (tests/test_architecture.py names it): measuring a drafter is a run
-    # of the benchmark runner's configurations
-    from omnidraft.bench.runner import Config
-
     out, kmax = [], max([int(x) for x in spec.split(",") if x.isdigit()] or [6])
     for x in spec.split(","):
         if x == "target":
@@ -97,13 +93,6 @@ def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, 
              progress: bool = True, kernels: str = "auto") -> dict:
     """Per set and configuration (interleaved per prompt): tokens/s, the accepted-draft counts of every step
     and, for fixed-k runs, tau/acceptance at 1..k; speedups against `target` when it is among them."""
-    from tqdm import tqdm
-
-    from omnidraft.bench.runner import BenchContext  # the edge named above (parse_configs)
-    from omnidraft.spec.generator import GenerationParams
-    from omnidraft.spec.stats import GenerationStats
-    from omnidraft.runtime.session import Session, Settings
-
     cfgs = parse_configs(configs)
     session = Session(Settings(target=target, draft=draft, threads=threads, method="omnidraft", kernels=kernels))
     ctx = BenchContext(session)

@@ -3,23 +3,25 @@ base file's own embedding quantization, checked against torch in llama.cpp."""
 
 from __future__ import annotations
 
+import ctypes
+import os
+import tempfile
 from pathlib import Path
 
-from .cut import load_cut, load_trained, local_gguf
+import llama_cpp
+
+from gguf_tools.quantize import ftype_of
+from omnidraft.assets import models
+from omnidraft.errors import from_gguf_tools
+from omnidraft.trainer.export import check_gguf, export_gguf
+from omnidraft.trainer.model import load_gguf_model
+
+from .cut import grow_model, load_cut, load_trained, local_gguf
 
 
 def quantize_mixed(src: Path, dst: Path, qtype: str, embed_type: str, threads: int = 0) -> Path:
     """``src`` quantized to ``qtype`` with the token embedding (= the tied head) as ``embed_type``: the frozen
     embedding keeps the base file's own Q4_1 values exactly, the trained layers get 8 bits."""
-    import ctypes
-    import os
-
-    import llama_cpp
-
-    from gguf_tools.quantize import ftype_of
-
-    from omnidraft.errors import from_gguf_tools
-
     params = llama_cpp.llama_model_quantize_default_params()
     with from_gguf_tools():
         params.ftype = ftype_of(qtype)
@@ -46,10 +48,6 @@ def grow(base_gguf: str, donor_gguf: str, extra: list[int], out: Path, qtype: st
          embed_type: str | None = "q4_1", threads: int = 0) -> dict:
     """The drafter ``base_gguf`` with ``donor_gguf``'s layers ``extra`` appended (:func:`cut.grow_model`), as a
     GGUF that ``distill train`` starts from (``draft_gguf=`` it, ``layers=firstN``)."""
-    from omnidraft.trainer.model import load_gguf_model
-
-    from .cut import grow_model
-
     base = local_gguf(base_gguf)
     model = grow_model(load_gguf_model(base), load_gguf_model(local_gguf(donor_gguf)), extra).eval()
     return export_model(model, base, out, qtype, embed_type, threads)
@@ -58,12 +56,6 @@ def grow(base_gguf: str, donor_gguf: str, extra: list[int], out: Path, qtype: st
 def export_model(model, src: str, out: Path, qtype: str = "q8_0", embed_type: str | None = "q4_1",
                  threads: int = 0) -> dict:
     """``model`` as a GGUF with ``src``'s vocabulary, checked against torch in llama.cpp."""
-    import tempfile
-
-    from omnidraft.assets import models
-
-    from omnidraft.trainer.export import check_gguf, export_gguf
-
     out = Path(out)
     if embed_type and qtype not in ("f32", "f16", "bf16"):
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ import numpy as np
 
 from omnidraft.assets import models
 from omnidraft.assets.corpora import sharegpt_conversations, sharegpt_heldout
+from omnidraft.llama.engine import Engine, EngineConfig
 
 from gguf_tools.frhead import rank
 
@@ -83,8 +84,6 @@ class HeadRankConfig:
 
 def build(cfg: HeadRankConfig) -> dict:
     """Count, rank and save; returns what it counted."""
-    from omnidraft.llama.engine import Engine, EngineConfig
-
     with Engine(models.resolve(cfg.drafter), EngineConfig(vocab_only=True)) as e:
         counts = count(lambda s: e.tokenize(s), e.n_vocab, training_texts(cfg.seed), cfg.budget)
     ranking = rank(counts)

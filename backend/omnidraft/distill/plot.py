@@ -9,10 +9,11 @@ import numpy as np
 
 def plot(histories: dict[str, dict], out: Path) -> Path:
     """Training loss and held-out top-1 agreement per layer choice."""
+    # lazy: matplotlib costs ~0.7 s at start-up and is the optional 'plots' extra
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     for name, h in histories.items():

@@ -25,8 +25,10 @@ from typing import Iterator
 from omnidraft.assets import prompts, repo_sets
 from omnidraft.assets.lang_sets import _decode_glyphs
 from omnidraft.assets.prompts import _man_split, _usable_translation
+from omnidraft.assets import corpora
 from omnidraft.assets.corpora import (catalog_texts, chat_messages, file_split, sharegpt_conversations,
                                      sharegpt_heldout, source_files, stdlib_files, stdlib_heldout)
+from omnidraft.vocab import chat
 
 SOURCES = ("code", "chat", "code-gen", "chat-gen", "code-other", "nl", "code-other-gen", "nl-gen", "man", "man-gen")
 
@@ -181,10 +183,8 @@ def nl_cuts(seed: int, chars: int = 1000, per_catalog: int = 200) -> Iterator[st
 def man_training_pages() -> dict[str, list[Path]]:
     """Per language, the translated man pages whose page name streams: no translation of a page the benchmarks
     hold out (``nl``, ``nl-de``, ...) is read, in any language."""
-    from omnidraft.assets.corpora import man_pages
-
     by_lang: dict[str, list[Path]] = {}
-    for lang, p in man_pages():
+    for lang, p in corpora.man_pages():
         if not p.is_symlink() and _man_split(p) == "stream":
             by_lang.setdefault(lang, []).append(p)
     return by_lang
@@ -195,12 +195,10 @@ def man_cuts(seed: int, chars: int = 1000) -> Iterator[str]:
     spaced windows: 2.4 M characters is all there is), glyph escapes decoded as ``lang_sets`` does, a window
     kept where ``prompts._usable_translation`` passes it (no English, troff residue or mojibake); languages
     interleaved, pages in a seeded order."""
-    from omnidraft.assets.corpora import man_page_text
-
     def cuts(pages: list[Path]) -> Iterator[str]:
         for p in pages:
             out = ""
-            for para in _decode_glyphs(man_page_text(p)).split("\n\n"):
+            for para in _decode_glyphs(corpora.man_page_text(p)).split("\n\n"):
                 out += para + "\n\n"
                 if len(out) >= chars:
                     if _usable_translation(out):
@@ -241,8 +239,6 @@ def prompt_head(text: str) -> str:
 def source_texts(cfg, template: str | None) -> Iterator[Text]:
     """Every text of a ``PrepConfig``: per source, the first ``cfg.<source>`` windows teacher-forced and the
     next ``cfg.gen_<source>`` as prompts."""
-    from omnidraft.vocab import chat
-
     for src, cuts in (("code", code_cuts(cfg.seed, per_file_most=cfg.windows_per_file)),
                       ("code-other", other_code_cuts(cfg.seed, javascript=cfg.javascript)), ("nl", nl_cuts(cfg.seed)),
                       ("man", man_cuts(cfg.seed))):  # a generator: with man = gen_man = 0 it reads nothing

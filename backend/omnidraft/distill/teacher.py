@@ -11,9 +11,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from omnidraft.assets import models
+from omnidraft.trainer.model import load_gguf_model
+
 from . import dist
+from .cut import local_gguf
 from .data import PAD, batches, read_meta
 from .dist import Dist
 
@@ -37,8 +41,8 @@ def generate(model, prompts: list[np.ndarray], n_new: int, temps: list[float], e
     Under torchrun each rank continues every world-th batch group (None for the others' prompts).  A group's
     rows, padding and sampling seed do not depend on the ranks, so the shards together equal one process's
     output."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
-    from tqdm import tqdm
 
     g = torch.Generator(device=device)
     outs: list[np.ndarray] = [None] * len(prompts)
@@ -81,6 +85,7 @@ def generate(model, prompts: list[np.ndarray], n_new: int, temps: list[float], e
 def _head_topk(head, h, k: int, chunk: int):
     """Top-k probabilities of the head over rows ``h``, ``chunk`` rows at a time: a float32 log-softmax of all
     of a group's rows at once is rows x 152k x 4 bytes, tens of gigabytes for a 32k-token group."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     vals, idxs = [], []
@@ -98,8 +103,6 @@ def topk_at(model, seqs: list[np.ndarray], rows: list[np.ndarray], k: int, devic
             progress: bool = True, d: Dist = Dist(), head_rows: int = 4096):
     """For each sequence, the target's top-k ids and probabilities at logits rows ``rows[i]`` (under torchrun:
     for the sequences of this rank's batch groups, None elsewhere)."""
-    from tqdm import tqdm
-
     res = [None] * len(seqs)
     groups = dist.shard(list(batches(np.asarray([len(s) for s in seqs]), max_tokens)), d)
     for grp in tqdm(groups, desc="teacher: top-k", disable=not progress):
@@ -113,6 +116,7 @@ def _fitting(grp: list[int], run) -> list[dict]:
     """``run(grp)``, or on a GPU out-of-memory error ``run`` on each half of ``grp``, recursively: one group of
     a length-sorted batching can hold far more rows than its neighbours, and a lost group must not cost a
     device session (a 4-GPU run once stopped at one)."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     try:
@@ -128,6 +132,7 @@ def _fitting(grp: list[int], run) -> list[dict]:
 
 def _group_topk(model, seqs, rows, grp: list[int], k: int, device, head_rows: int) -> dict:
     """{sequence: (top-k ids, probabilities) at its rows} for one batch group."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     L = max(len(seqs[i]) for i in grp)
@@ -207,6 +212,7 @@ def teacher_precision(model, bf16: bool):
     False (the CPU) leaves the float32 model as it is."""
     if not bf16:
         return model
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     head = torch.nn.Parameter(model.lm_head.weight.detach().clone(), requires_grad=False)  # untied, float32
@@ -221,10 +227,6 @@ def teacher_precision(model, bf16: bool):
 
 
 def _load_teacher(name: str, device):
-    from omnidraft.trainer.model import load_gguf_model
-
-    from .cut import local_gguf
-
     path = local_gguf(name)
     return teacher_precision(load_gguf_model(path), device.type == "cuda").to(device), Path(path)
 
@@ -261,6 +263,7 @@ def run_teacher(cfg: TeacherConfig, progress: bool = True) -> dict:
 
 
 def _teacher(cfg: TeacherConfig, d: Dist, progress: bool) -> dict:
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     t0 = time.perf_counter()

@@ -3,6 +3,7 @@ with the project's hybrid loss on the teacher's data; saves the trained tensors 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -11,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from omnidraft.assets import models
 from . import dist
@@ -72,6 +74,7 @@ class Data:
         return np.nonzero(self.val == val)[0]
 
     def batch(self, exs, device):
+        # lazy: torch, and trainer.loss which imports it: ~4.5 s at start-up, the optional 'train' extra
         import torch
 
         from omnidraft.trainer.loss import Batch
@@ -102,6 +105,7 @@ def _loss_rows(model):
     """``model`` as a module whose forward returns the logits rows of the loss positions only.
     DistributedDataParallel must run the whole forward itself (it reduces the gradients of what its own
     forward ran); evaluation calls this module directly, outside DDP."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     class LossRows(torch.nn.Module):
@@ -126,6 +130,7 @@ def evaluate(net, data: Data, device, max_tokens: int, d: Dist = Dist()) -> dict
     """Validation loss and top-1 agreement with the target on directly mapped positions.  Under torchrun each
     rank evaluates every world-th batch group and the sums are added up: the same groups, so the same numbers
     as one process (to float64 rounding of the sum)."""
+    # lazy: torch, and trainer.loss which imports it: ~4.5 s at start-up, the optional 'train' extra
     import torch
 
     from omnidraft.trainer.loss import hybrid_loss
@@ -150,8 +155,7 @@ def evaluate(net, data: Data, device, max_tokens: int, d: Dist = Dist()) -> dict
 
 
 def _autocast(device):
-    import contextlib
-
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     if torch.device(device).type == "cuda":
@@ -187,9 +191,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict:
 
 
 def _train(cfg: TrainConfig, d: Dist, progress: bool) -> dict:
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
-    from tqdm import tqdm
-
 
     torch.manual_seed(cfg.seed)
     device = dist.device(cfg.device, d)
@@ -262,8 +265,7 @@ def _train(cfg: TrainConfig, d: Dist, progress: bool) -> dict:
 def _accumulate(net, data: Data, micro: list, device, lam: float, d: Dist) -> dict:
     """Forward + backward of a rank's batch groups for one optimizer step, gradients summed (each loss / n);
     DDP reduces once, after the last group.  The mean loss terms."""
-    import contextlib
-
+    # lazy: trainer.loss imports torch (~4.5 s at start-up, the optional 'train' extra)
     from omnidraft.trainer.loss import hybrid_loss
 
     tot: dict = {}

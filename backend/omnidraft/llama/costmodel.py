@@ -9,6 +9,7 @@ verification is free.
 from __future__ import annotations
 
 import os
+import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -183,8 +184,6 @@ KEY_VERSION = "draft-after-target"  # how the entries were measured: older ones 
 
 def cache_key(target: Engine, draft: Engine | None, max_batch: int) -> str:
     """What a cost model depends on: the machine, the build, both model files, kernel modes, threads."""
-    import platform
-
     def one(e: Engine | None) -> str:
         if e is None:
             return "-"

@@ -24,6 +24,8 @@ import sys
 import threading
 from pathlib import Path
 
+import llama_cpp
+
 from omnidraft import paths, statefile
 from omnidraft.errors import InvalidModelFile
 
@@ -96,8 +98,6 @@ def _reason(rc: int, stdout: str, stderr: str) -> str:
 
 
 def _key(path: Path, config) -> str:
-    import llama_cpp
-
     st = path.stat()
     cfg = ",".join(f"{k}={getattr(config, k)}" for k in _CONFIG_KEYS)
     return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{cfg}|llama.cpp {llama_cpp.__version__}|check {CHECK_VERSION}"

@@ -7,7 +7,19 @@ import dataclasses
 import logging
 import signal
 
-from ..errors import OmniDraftError
+from omnidraft import httpguard
+from omnidraft.assets import models
+from omnidraft.online.outbox import Outbox, Uploader
+from omnidraft.online.registry import DrafterRegistry
+from omnidraft.runtime import session as runtime_session
+from omnidraft.runtime.session import Settings
+
+from ..cliutil import MIN_NETWORK_SECRET, add_dataclass_args, dataclass_from_args, field_type, read_secret
+from ..errors import BadRequest, OmniDraftError
+from .app import create_app, shutdown
+from .config import API_KEY_ENV, ServerConfig, TRAINER_TOKEN_ENV
+from .metrics import Metrics
+from .net import build_server as build
 
 log = logging.getLogger("omnidraft.server")
 
@@ -17,8 +29,6 @@ OUTBOX_MAX_BYTES = 256 * 1024 * 1024
 
 def _add_config_args(parser: argparse.ArgumentParser, cls) -> None:
     """Like ``omnidraft.apps.cli.add_dataclass_args``, plus repeatable flags for list fields."""
-    from ..cliutil import field_type
-
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         helptext = f.metadata.get("help", "")
@@ -30,10 +40,6 @@ def _add_config_args(parser: argparse.ArgumentParser, cls) -> None:
 
 
 def register(sub) -> None:
-    from ..cliutil import add_dataclass_args
-    from omnidraft.runtime.session import Settings
-    from .config import API_KEY_ENV, ServerConfig
-
     p = sub.add_parser(
         "serve", help="OpenAI-compatible HTTP server (completions, chat, SSE, metrics, phone web app)",
         description="Serve the target, drafted by the drafter, behind an OpenAI-compatible API on waitress. "
@@ -50,10 +56,6 @@ def checked_config(args: argparse.Namespace):
     """The ServerConfig of these flags with its secrets resolved, or an OmniDraftError naming what is wrong.
 
     Everything a bad start-up can be refused for is refused here, before a model loads."""
-    from ..cliutil import MIN_NETWORK_SECRET, dataclass_from_args, read_secret
-    from ..errors import BadRequest
-    from .config import API_KEY_ENV, TRAINER_TOKEN_ENV, ServerConfig
-
     cfg = dataclass_from_args(ServerConfig, args)
     cfg.api_key = read_secret("the API key", cfg.api_key, "--api-key", cfg.api_key_file, "--api-key-file",
                               API_KEY_ENV)
@@ -77,19 +79,13 @@ def checked_config(args: argparse.Namespace):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ..cliutil import dataclass_from_args
-    from omnidraft.runtime.session import Session, Settings
-
     cfg = checked_config(args)  # a bad flag stops here (omnidraft.apps.cli.main prints it, exit 2), before loading
-    from omnidraft.online.outbox import Outbox, Uploader
-    from omnidraft.online.registry import DrafterRegistry
-    from .metrics import Metrics
 
     record_fns = (Outbox, Uploader) if cfg.trainer_url else None
     metrics = Metrics(cfg.history)  # the registry's problems show in /v1/omnidraft/stats
     # a bad registry path stops here, before measuring
     registry = WatchedRegistry(DrafterRegistry(cfg.registry), metrics) if cfg.registry else None
-    session = Session(dataclass_from_args(Settings, args), registry=registry)
+    session = runtime_session.Session(dataclass_from_args(Settings, args), registry=registry)
     try:
         session.warm_up()  # load and time now, so the first request does not pay for it
         return _serve(session, cfg, record_fns, metrics, registry)
@@ -143,9 +139,6 @@ class WatchedRegistry:
 
 
 def _default_trainer_token() -> str:
-    from omnidraft import httpguard
-    from omnidraft.assets import models
-
     path = models.cache_dir() / "trainer" / httpguard.TOKEN_FILE
     token = httpguard.read_token(path)
     if not token:
@@ -156,14 +149,10 @@ def _default_trainer_token() -> str:
 
 def build_server(app, cfg, limits=None):
     """The waitress server for ``app``, with its connection limits (``omnidraft.server.net``)."""
-    from .net import build_server as build
-
     return build(app, cfg, limits)
 
 
 def _serve(session, cfg, record_fns, metrics, registry) -> int:
-    from .app import create_app, shutdown
-
     outbox = uploader = None
     if record_fns is not None:
         outbox_cls, uploader_cls = record_fns

@@ -17,10 +17,12 @@ import numpy as np
 from omnidraft.vocab.codec import Codec
 from omnidraft.llama.engine import Engine
 from omnidraft.errors import ContextOverflow
+from omnidraft.vocab import chat
+from omnidraft.vocab.translator import LOOKUP, Candidates, Proposal, Translator
+
 from .rules import StopRule
 from .predictor import DraftFeatures
 from .step import Draft, Verdict
-from omnidraft.vocab.translator import LOOKUP, Candidates, Proposal, Translator
 
 # A drafting step leaves the drafter a few tokens behind (the accepted ones, the target's next); more than this
 # is text the target wrote while the policy ran it alone, read in a pass of its own before drafting
@@ -40,8 +42,6 @@ class PromptInput:
 
     def tokenize(self, engine: Engine) -> list[int]:
         """This prompt in another engine's vocabulary (its own BOS rule), contents kept as text."""
-        from omnidraft.vocab import chat
-
         if self.plain is None:
             return engine.tokenize(self.text, add_bos=engine.add_bos, special=True)
         return chat.tokenize(engine, self.text.decode("utf-8"), self.plain, engine.add_bos)

@@ -8,6 +8,9 @@ import logging
 import threading
 import zlib
 
+from flask import Flask, jsonify, request
+from werkzeug.exceptions import HTTPException
+
 from omnidraft import httpguard, netlimits
 from omnidraft.errors import OmniDraftError
 
@@ -39,9 +42,6 @@ def create_app(trainer: Trainer, max_body: int = MAX_BODY):
     """Flask app factory; the trainer is the app's only state (``app.config['TRAINER']``).
 
     Every /v1 route needs the trainer's token; posts must be JSON from no foreign origin (httpguard)."""
-    from flask import Flask, jsonify, request
-    from werkzeug.exceptions import HTTPException
-
     app = Flask("omnidraft.trainer")
     app.config["TRAINER"] = trainer
     app.config["MAX_CONTENT_LENGTH"] = max_body

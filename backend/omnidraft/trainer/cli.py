@@ -8,15 +8,27 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import time
+from pathlib import Path
+
+from omnidraft.assets import models
+from omnidraft.cliutil import MIN_NETWORK_SECRET as MIN_NETWORK_TOKEN  # one minimum, serve's too
+from omnidraft.cliutil import (TRAINER_TOKEN_ENV, add_dataclass_args, dataclass_from_args, is_loopback_host,
+                               read_secret, warn)
+from omnidraft.errors import BadRequest
+from omnidraft.online.rates import acceptance_text
+from omnidraft.online.registry import DrafterRegistry
+
+from .app import build_server, create_app
+from .export import check_gguf, export_gguf
+from .model import load_gguf_model, model_file_type
+from . import service
+from .service import TrainerConfig
 
 log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
-    from omnidraft.cliutil import TRAINER_TOKEN_ENV, add_dataclass_args
-
-    from .service import TrainerConfig
-
     t = sub.add_parser("trainer", help="the online trainer process (receives records, publishes drafters)",
                        description="Stores training records posted by generators, trains the drafter every "
                                    "--interval prompts with L = L_DM + lambda*L_N-gram, and publishes each update "
@@ -48,18 +60,13 @@ def register(sub) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from omnidraft.cliutil import TRAINER_TOKEN_ENV, dataclass_from_args, read_secret
-
-    from .app import build_server, create_app
-    from .service import Trainer, TrainerConfig
-
     cfg = dataclass_from_args(TrainerConfig, args)
     cfg.token = read_secret("the trainer token", cfg.token, "--token", args.token_file, "--token-file",
                             TRAINER_TOKEN_ENV)
     token_at = (args.token_file or ("--token" if args.token else f"${TRAINER_TOKEN_ENV}")) if cfg.token \
         else cfg.root() / "token"  # where the token is, for the start-up line: never the token itself
     _check_bind(cfg.host, cfg.port, cfg.token, token_at)  # before anything loads
-    trainer = Trainer(cfg).start()
+    trainer = service.Trainer(cfg).start()
     server = build_server(create_app(trainer), cfg.host, cfg.port)  # the server's connection limits
     port, run = server.effective_port, server.run
     # the port bound (--port 0: any free one): a parent process reads it from this line
@@ -72,7 +79,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-from omnidraft.cliutil import MIN_NETWORK_SECRET as MIN_NETWORK_TOKEN  # noqa: E402 - one minimum, serve's too
 
 
 def _check_bind(host: str, port: int, token: str, token_at) -> None:
@@ -81,9 +87,6 @@ def _check_bind(host: str, port: int, token: str, token_at) -> None:
     Every /v1 route needs the token (generated, 43 random characters, when none is given), but whoever
     holds it posts the records every published drafter is trained on: the person starting the trainer
     must know it listens beyond this machine."""
-    from omnidraft.cliutil import is_loopback_host, warn
-    from omnidraft.errors import BadRequest
-
     if is_loopback_host(host):
         return
     if token and len(token) < MIN_NETWORK_TOKEN:
@@ -96,14 +99,6 @@ def _check_bind(host: str, port: int, token: str, token_at) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    import time
-    from pathlib import Path
-
-    from omnidraft.assets import models
-
-    from .export import check_gguf, export_gguf
-    from .model import load_gguf_model, model_file_type
-
     t0 = time.perf_counter()
     base = models.resolve(args.base)
     qtype = args.qtype or model_file_type(base)
@@ -116,11 +111,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_drafter(args: argparse.Namespace) -> int:
-    from omnidraft.online.rates import acceptance_text
-    from omnidraft.online.registry import DrafterRegistry
-
-    from .service import TrainerConfig
-
     reg = DrafterRegistry(TrainerConfig(state_dir=args.state_dir).root() / "registry")
     if args.action == "rollback":
         if not args.version:

@@ -19,7 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from gguf_tools.convert import convert_model
+from gguf_tools.quantize import quantize
 from omnidraft.errors import InvalidModelFile, from_gguf_tools
+from omnidraft.llama import log as llama_log
+from omnidraft.llama.engine import Engine, EngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +56,6 @@ class CheckResult:
 def export_gguf(model, out_path: str | os.PathLike, vocab_from: str | os.PathLike, qtype: str = "q4_1",
                 threads: int = 0) -> Path:
     """Write ``model`` (a plain transformers Llama/Qwen2, LoRA merged) as a ``qtype`` GGUF at ``out_path``."""
-    from gguf_tools.convert import convert_model
-    from gguf_tools.quantize import quantize
-
-    from omnidraft.llama import log as llama_log
-
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with from_gguf_tools():
@@ -71,9 +70,8 @@ def export_gguf(model, out_path: str | os.PathLike, vocab_from: str | os.PathLik
 def check_gguf(path: str | os.PathLike, model, qtype: str, n_tokens: int = 16, threads: int = 0,
                tolerance: float | None = None) -> CheckResult:
     """Load ``path`` in llama.cpp and compare its logits with ``model``'s on ``n_tokens`` tokens."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
-
-    from omnidraft.llama.engine import Engine, EngineConfig
 
     tol = tolerance if tolerance is not None else TOLERANCE.get(qtype, DEFAULT_TOLERANCE)
     try:

@@ -10,8 +10,11 @@ import logging
 import os
 from pathlib import Path
 
+import gguf
 import numpy as np
 
+from gguf_tools.convert import LAYER_NAMES, TOP_NAMES  # the one table, read backwards (_hf_names)
+from gguf_tools.inspect import field_value, inspect, read
 from omnidraft.errors import BadRequest, from_gguf_tools
 
 log = logging.getLogger(__name__)
@@ -26,18 +29,14 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def _hf_names() -> dict[str, str]:
-    from gguf_tools.convert import LAYER_NAMES, TOP_NAMES  # the one table, read backwards
-
     return {v: k for k, v in TOP_NAMES.items()}, {v: k for k, v in LAYER_NAMES.items()}
 
 
 def load_gguf_model(path: str | os.PathLike, dtype=None):
     """Load a GGUF drafter as a float32 ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` (eval mode)."""
-    import gguf
+    # lazy: torch and transformers cost ~6 s at start-up and are the optional 'train' extra
     import torch
     import transformers
-
-    from gguf_tools.inspect import field_value, read
 
     with from_gguf_tools():
         reader = read(path)
@@ -100,6 +99,7 @@ def load_gguf_model(path: str | os.PathLike, dtype=None):
 
 def add_lora(model, rank: int = 32, alpha: float | None = None, dropout: float = 0.0):
     """Wrap ``model`` with a fresh LoRA adapter on every attention and MLP projection."""
+    # lazy: peft pulls torch and transformers (~6 s at start-up), the optional 'train' extra
     from peft import LoraConfig, get_peft_model
 
     cfg = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank, lora_dropout=dropout,
@@ -114,8 +114,6 @@ def merged(model):
 
 def model_file_type(path: str | Path) -> str:
     """The quantization type name gguf_tools.quantize understands for a GGUF's general.file_type."""
-    from gguf_tools.inspect import inspect
-
     with from_gguf_tools():
         ftype = (inspect(path).get("file_type") or "f16").lower()
     return {"all_f32": "f32", "mostly_f16": "f16"}.get(ftype, ftype)

@@ -33,9 +33,13 @@ from omnidraft.assets import models
 from omnidraft.errors import BadRequest, OmniDraftError, RegistryCorrupt
 from omnidraft.online.records import RecordError, validate
 from omnidraft.online.registry import DrafterRegistry
+from omnidraft.llama.engine import Engine, EngineConfig
 from omnidraft.vocab.bridge import vocab_fingerprint
 
+from .export import check_gguf, export_gguf
+from .model import load_gguf_model, merged, model_file_type
 from .store import Inbox
+from .update import finite, load_replay, train_pass
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +77,6 @@ class DrafterVocab:
 
 def read_vocab(path: Path) -> DrafterVocab:
     """The drafter vocabulary a GGUF holds (llama.cpp, vocabulary only: no weights are read)."""
-    from omnidraft.llama.engine import Engine, EngineConfig
-
     eng = Engine(path, EngineConfig(vocab_only=True))
     try:
         return DrafterVocab(vocab_fingerprint(eng.token_bytes), eng.n_vocab)
@@ -202,17 +204,14 @@ class Trainer:
     # -------------------------------------------------------------- training
     def load_replay(self) -> int:
         """Read ``cfg.replay`` (records checked against this drafter's vocabulary); the pool's size."""
-        from .update import load_replay
-
         if self.cfg.replay:
             vocab = self.vocab()
             self.replay = load_replay(self.cfg.replay, vocab.n_vocab, vocab.fp)
         return len(self.replay)
 
     def _load(self) -> None:
+        # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
         import torch
-
-        from .model import load_gguf_model, model_file_type
 
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
@@ -237,9 +236,6 @@ class Trainer:
         Records training cannot use are quarantined first; with fewer than ``min_records`` usable ones
         left, nothing is trained.  A pass whose step left non-finite weights is discarded and run again
         without that record, from the last published weights."""
-        from .export import check_gguf, export_gguf
-        from .model import merged
-
         rows = self.inbox.untrained()
         if not rows:
             return None
@@ -305,8 +301,6 @@ class Trainer:
 
     def _train_pass(self, rows: list[tuple[int, dict]]):
         """This update's steps (``update.train_pass``); replay records that failed a step leave the pool."""
-        from .update import train_pass
-
         recent = [r for _, r in self.inbox.recent_trained(self.cfg.recent)] if self.cfg.recent > 0 else []
         done = train_pass(self.model, rows, self.replay, self.cfg, seed=self.updates + 1, recent=recent)
         for j in sorted({j for j in done.bad_replay if j < len(self.replay)}, reverse=True):
@@ -375,6 +369,4 @@ class Trainer:
 
 
 def _finite(params) -> bool:
-    from .update import finite
-
     return finite(params)

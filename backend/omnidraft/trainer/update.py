@@ -17,6 +17,7 @@ A step whose loss or gradient is non-finite is not taken; a step that leaves non
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -24,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omnidraft.online.records import RecordError, validate
+
+from .model import add_lora
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +93,6 @@ def trainable(model, lora_rank: int, train_embeddings: bool):
     """(the model to train, its trainable parameters): a fresh LoRA adapter, or the model itself with the
     embedding frozen unless ``train_embeddings``."""
     if lora_rank > 0:
-        from .model import add_lora
-
         model = add_lora(model, lora_rank)
     else:
         for name, p in model.named_parameters():
@@ -108,6 +109,7 @@ def train_pass(model, rows: list[tuple[int, dict]], replay: list[dict], cfg, see
     """One update's steps (``schedule``) on ``model`` with the settings of a ``TrainerConfig``: the new records,
     the old domains' ``replay`` records and the ``recent`` records of earlier updates (the new domain's own
     history, so that an update does not trade what the last ones learned for its own few records)."""
+    # lazy: torch, and trainer.loss which imports it: ~4.5 s at start-up, the optional 'train' extra
     import torch
 
     from . import loss as L
@@ -149,6 +151,7 @@ def train_pass(model, rows: list[tuple[int, dict]], replay: list[dict], cfg, see
 
 def _step(model, opt, params, rec: dict, cfg, L) -> float | tuple[str, bool] | None:
     """One AdamW step on one record: its loss, or (why it was not taken, whether the pass must end)."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     try:
@@ -178,8 +181,7 @@ def _step(model, opt, params, rec: dict, cfg, L) -> float | tuple[str, bool] | N
 def precision(name: str, device: str = "cpu"):
     """The autocast context of a training step: bf16 products (float32 weights, optimizer and loss) where the CPU
     computes bf16 natively (AVX512-BF16, AMX; 1.9x faster steps on this 2-core EPYC) or on a GPU, else float32."""
-    import contextlib
-
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     kind = torch.device(device).type
@@ -191,6 +193,7 @@ def precision(name: str, device: str = "cpu"):
 
 
 def bf16_native() -> bool:
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     try:
@@ -200,6 +203,7 @@ def bf16_native() -> bool:
 
 
 def finite(params) -> bool:
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
     return all(bool(torch.isfinite(p).all()) for p in params)
