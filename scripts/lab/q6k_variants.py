@@ -15,26 +15,16 @@ only get longer: the minimum and the low quantiles are then the fairer compariso
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
+from omnidraft.apps.doctor import cpu_name
+
 PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3
 VARIANTS = ("none", "all", "noout")
 NS = (1, 4, 8)
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main() -> None:

@@ -34,7 +34,8 @@ def _meminfo_gib() -> float | None:
     return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name, as figures name the machine that gave them."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -127,7 +128,7 @@ def _cxx_runtime() -> str:
 def machine_section() -> list[str]:
     mem = _meminfo_gib()
     return [f"C++ runtime: {_cxx_runtime()}" + (f" (LD_PRELOAD={os.environ['LD_PRELOAD']})"
-                                                if os.environ.get("LD_PRELOAD") else ""),f"CPU: {_cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
+                                                if os.environ.get("LD_PRELOAD") else ""),f"CPU: {cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
             f"memory: {mem:.1f} GiB" if mem else "memory: unknown",
             f"OS: {platform.platform()}; Python {platform.python_version()} ({sys.executable})"]
 
