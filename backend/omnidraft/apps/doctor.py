@@ -128,7 +128,8 @@ def _cxx_runtime() -> str:
 def machine_section() -> list[str]:
     mem = _meminfo_gib()
     return [f"C++ runtime: {_cxx_runtime()}" + (f" (LD_PRELOAD={os.environ['LD_PRELOAD']})"
-                                                if os.environ.get("LD_PRELOAD") else ""),f"CPU: {cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
+                                                if os.environ.get("LD_PRELOAD") else ""),
+            f"CPU: {cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
             f"memory: {mem:.1f} GiB" if mem else "memory: unknown",
             f"OS: {platform.platform()}; Python {platform.python_version()} ({sys.executable})"]
 
