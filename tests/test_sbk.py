@@ -61,6 +61,22 @@ def test_every_tier_rows_bit_identical_and_match_reference(tiers, fmt):
             assert np.array_equal(H.gemm(dll, wtype, k, w, act, n), one[:n]), f"{tier} {fmt}: a batch of {n} differs"
 
 
+def _check_interleaved(tiers, gemm_x8, wtype, k, w, wx8, rows, act, ref, name):
+    """An 8-row-interleaved kernel on every tier: one-row outputs within float tolerance of the float64
+    reference and of the plain-layout kernel on the same weights (only summation order differs), every batch
+    of 2..8 rows bit-identical to one-row decoding, and a partial group of weight rows refused."""
+    for tier, dll in tiers.items():
+        one = np.stack([gemm_x8(dll, k, wx8, rows, act[j:j + 1], 1)[0] for j in range(MAX_ROWS)])
+        err = float(np.abs(one - ref).max() / np.abs(ref).max())
+        assert err < 1e-5, f"{tier} {name}: {err:.2e} of the largest output from the float64 reference"
+        plain = H.gemm(dll, wtype, k, w, act, MAX_ROWS)
+        assert float(np.abs(one - plain).max() / np.abs(ref).max()) < 1e-5, f"{tier}: {name} and plain disagree"
+        for n in range(2, MAX_ROWS + 1):
+            assert np.array_equal(gemm_x8(dll, k, wx8, rows, act, n), one[:n]), f"{tier} {name}: a batch of {n} differs"
+        with pytest.raises(ValueError):
+            gemm_x8(dll, k, wx8, 12, act, 1)  # not a whole group of 8 weight rows
+
+
 def test_interleaved_q4_k_rows_bit_identical_and_match_reference(tiers):
     """sbkx8.cpp: Q4_K in ggml's 8-row interleave (the fast mode's layout) through the same checks, and
     within float tolerance of the plain-layout kernel on the same weights (only summation order differs)."""
@@ -69,17 +85,7 @@ def test_interleaved_q4_k_rows_bit_identical_and_match_reference(tiers):
     k = nsb * H.QK_K
     w, act = H.q4k_blocks(rng, rows, nsb), H.q8k_rows(rng, MAX_ROWS, nsb)
     ref = H.deq_q8k(act) @ H.deq_q4k(w).T
-    wx8 = H.to_x8(w)
-    for tier, dll in tiers.items():
-        one = np.stack([H.gemm_x8(dll, k, wx8, rows, act[j:j + 1], 1)[0] for j in range(MAX_ROWS)])
-        err = float(np.abs(one - ref).max() / np.abs(ref).max())
-        assert err < 1e-5, f"{tier} x8: {err:.2e} of the largest output from the float64 reference"
-        plain = H.gemm(dll, H.Q4_K, k, w, act, MAX_ROWS)
-        assert float(np.abs(one - plain).max() / np.abs(ref).max()) < 1e-5, f"{tier}: x8 and plain layouts disagree"
-        for n in range(2, MAX_ROWS + 1):
-            assert np.array_equal(H.gemm_x8(dll, k, wx8, rows, act, n), one[:n]), f"{tier} x8: a batch of {n} differs"
-        with pytest.raises(ValueError):
-            H.gemm_x8(dll, k, wx8, 12, act, 1)  # not a whole group of 8 weight rows
+    _check_interleaved(tiers, H.gemm_x8, H.Q4_K, k, w, H.to_x8(w), rows, act, ref, "x8")
 
 
 def test_interleaved_q4_k_512_bit_path_gives_the_256_bit_bits(tiers, tmp_path):
@@ -127,18 +133,7 @@ def test_interleaved_q6_k_rows_bit_identical_and_match_reference(tiers):
     k = nsb * H.QK_K
     w, act = _q6_k_case(rng, rows, nsb)
     ref = H.deq_q8k(act) @ H.deq_q6k(w).T
-    wx8 = H.to_q6x8(w)
-    for tier, dll in tiers.items():
-        one = np.stack([H.gemm_q6x8(dll, k, wx8, rows, act[j:j + 1], 1)[0] for j in range(MAX_ROWS)])
-        err = float(np.abs(one - ref).max() / np.abs(ref).max())
-        assert err < 1e-5, f"{tier} q6x8: {err:.2e} of the largest output from the float64 reference"
-        plain = H.gemm(dll, H.Q6_K, k, w, act, MAX_ROWS)
-        assert float(np.abs(one - plain).max() / np.abs(ref).max()) < 1e-5, f"{tier}: q6x8 and plain disagree"
-        for n in range(2, MAX_ROWS + 1):
-            got = H.gemm_q6x8(dll, k, wx8, rows, act, n)
-            assert np.array_equal(got, one[:n]), f"{tier} q6x8: a batch of {n} differs"
-        with pytest.raises(ValueError):
-            H.gemm_q6x8(dll, k, wx8, 12, act, 1)  # not a whole group of 8 weight rows
+    _check_interleaved(tiers, H.gemm_q6x8, H.Q6_K, k, w, H.to_q6x8(w), rows, act, ref, "q6x8")
 
 
 def test_interleaved_q6_k_tiers_give_the_same_bits(tiers, tmp_path):
