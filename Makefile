@@ -5,7 +5,7 @@ PROMPT ?= Write a Python function that checks whether a number is prime.
 # The speed configuration: every matrix in Q4_0 (output head too), so that the small-batch kernel built
 # into this project's llama.cpp runs them all; made once from the pinned files (about 30 s).
 TARGET ?= qwen2.5-coder-1.5b:q4_0_pure
-DRAFT ?= smollm2-135m-d8-qwen:q4_0_pure
+DRAFT ?= smollm2-135m-d8-qwen:q4_0_pure+fr
 
 .PHONY: setup models demo test bench clean-venv
 
@@ -13,7 +13,7 @@ setup:
 	bash scripts/setup/setup.sh
 
 models: setup
-	$(BIN)/omnidraft models pull smollm2-135m smollm2-135m-d8-qwen qwen2.5-coder-0.5b
+	$(BIN)/omnidraft models pull smollm2-135m smollm2-135m-d8-qwen smollm2-135m-d8-qwen:q4_0_pure+fr qwen2.5-coder-0.5b
 
 ## demo: set up, fetch the pair, the target alone, then a cross-vocabulary speculative generation
 demo: models

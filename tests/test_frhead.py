@@ -100,6 +100,24 @@ def test_a_published_version_is_served_with_the_same_head(tiny, tmp_path):
     assert len(list(out.glob("*.gguf"))) == heads.KEEP and last.exists()
 
 
+def test_a_published_version_is_served_in_the_session_format(tiny, tmp_path):
+    """runtime.heads.served_copy: a published Q8_0 file, served where the session runs ``NAME:q4_0_pure+fr``, is
+    requantized (once) and given the head; a file already in the format is served as it is."""
+    from gguf_tools.inspect import inspect
+    from omnidraft.runtime import heads
+
+    ids, out = _ids(32000, 300), tmp_path / "drafters"
+    a = heads.served_copy(tiny, "q4_0_pure", ids, out)
+    info = inspect(a)
+    assert info["file_type"] == "Q4_0" and set(info["tensor_types"]) == {"Q4_0", "F32"}
+    assert frhead.head_token_ids(a).tolist() == ids.tolist()
+    assert heads.served_copy(tiny, "q4_0_pure", ids, out) == a  # made once
+    assert heads.served_copy(a, "q4_0_pure", ids, out) == a  # already served so
+    assert heads.served_copy(tiny, "", None, out) == tiny
+    with Engine(a, CFG) as e:  # and llama.cpp loads it
+        assert e.head_ids.tolist() == ids.tolist()
+
+
 def test_doctor_says_whether_the_build_has_the_head_patch(monkeypatch):
     from omnidraft.apps import doctor
 
@@ -111,7 +129,9 @@ def test_doctor_says_whether_the_build_has_the_head_patch(monkeypatch):
 def test_a_build_without_the_patch_serves_the_full_head(monkeypatch):
     """Where llama.cpp lacks frhead.patch (ARM builds, the upstream fallback), ':fr' names fall back, loudly."""
     monkeypatch.setattr(build, "has_frhead", lambda: False)
-    assert models.resolve(models.SERVED_DRAFT) == models.resolve(models.DEFAULT_DRAFT)
+    quant, _ = models.served_format(models.SERVED_DRAFT)
+    want = models.resolve(f"{models.DEFAULT_DRAFT}:{quant}" if quant else models.DEFAULT_DRAFT)
+    assert models.resolve(models.SERVED_DRAFT) == want
 
 
 def test_format_names():
@@ -124,6 +144,10 @@ def test_format_names():
             models.split_format(models.SMOLLM2_D8, bad)
     with pytest.raises(ModelNotFound, match="no token ranking"):
         models.split_format(models.QWEN_05B, "fr")
+    assert models.served_format(f"{models.SMOLLM2_D8}:q4_0_pure+fr") == ("q4_0_pure", models.FR_DEFAULT_ROWS)
+    assert models.served_format(models.SMOLLM2_D8) == ("", 0) == models.served_format("/no/such:q4_0.gguf")
+    assert models.base_name(f"{models.SMOLLM2_D8}:q4_0_pure+fr") == models.SMOLLM2_D8
+    assert models.base_name("/some/file.gguf") == "/some/file.gguf"
 
 
 def test_the_served_drafter_proposes_only_head_tokens_and_output_is_the_targets(default_session, target_reference):

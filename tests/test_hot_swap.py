@@ -2,6 +2,7 @@
 
 import threading
 
+from gguf_tools.inspect import inspect
 from omnidraft.assets import models
 from omnidraft.spec.generator import GenerationParams
 from tests.reference import reference_target_tokens
@@ -46,6 +47,9 @@ def test_publish_during_a_generation_loop_fails_no_request(default_session, tmp_
         # the served drafter's frequency-ranked head is kept across the swap (runtime.heads)
         if head is not None:
             assert session.draft.head_ids.tolist() == head.tolist()
+        # and so is its quantization: the published Q4_1 file serves requantized, as the shipped one does
+        if quant := models.served_format(session.settings.draft)[0]:
+            assert inspect(session.draft.path)["file_type"] == quant.removesuffix("_pure").upper()
         # a broken publish never takes the working drafter down
         bad = tmp_path / "broken.gguf"
         bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 100)

@@ -254,8 +254,8 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
     try:
         replay_path = _replay_file(r, out)
         _before(r, out)
-        trainer = TrainerProcess(out / "trainer", cfg.trainer_options(settings.draft, threads, replay_path),
-                                 out / "trainer.log")
+        base = models.base_name(settings.draft)  # the trainer adapts the pinned file; the session serves its format
+        trainer = TrainerProcess(out / "trainer", cfg.trainer_options(base, threads, replay_path), out / "trainer.log")
         _stream(r, trainer, out)
         for name, prompts in old.items():
             r.old.setdefault(name, {})["after"] = r.measure(prompts, "old", name, len(stream), f"{name} after")
@@ -290,7 +290,7 @@ def _before(r: Run, out: Path) -> None:
         for name, prompts in r.items.old.items():
             r.old[name] = {"before": r.measure(prompts, "old", name, 0, f"{name} before")}
     if cfg.control:
-        path, meta = export_control(settings.draft, cfg.qtype, out, r.threads)
+        path, meta = export_control(models.base_name(settings.draft), cfg.qtype, out, r.threads)
         s.load_drafter(str(path))
         r.control = {**r.measure(r.items.heldout, "control", new, 0, "control"), **meta,
                      "version": f"control ({meta['qtype']}, untrained)"}

@@ -41,9 +41,11 @@ QWEN_05B = "qwen2.5-coder-0.5b"
 QWEN_15B = "qwen2.5-coder-1.5b"
 GEMMA3 = "gemma3-270m"
 DEFAULT_DRAFT = SMOLLM2_D8  # the drafter model: what the trainer adapts and publishes
-# what serve, generate and bench run by default: the same drafter with a head over its 16k most frequent tokens
-# (FR-Spec; a third cheaper pass, output unchanged: BENCHMARKS.md), its full head where llama.cpp lacks the patch
-SERVED_DRAFT = SMOLLM2_D8 + ":fr"
+# what serve, generate and bench run by default: the same drafter with Q4_0 layers and a head over its 16k most
+# frequent tokens (FR-Spec): a pass 0.6x that of its Q8_0 layers (':fr') at the same acceptance at k = 4, output
+# unchanged (BENCHMARKS.md, issue 41, seventh session); its full head where llama.cpp lacks the patch.  The
+# versions the trainer publishes are served in this format too (runtime.heads).
+SERVED_DRAFT = SMOLLM2_D8 + ":q4_0_pure+fr"
 # The target when none is named: the 1.5B as users download it (Q4_K_M, no requantization), where speculation
 # pays on a 2-core CPU (about 1.2x on held-out code: BENCHMARKS.md); on the 0.5B a drafted token costs 13 % of
 # a decode and the cost policy runs it alone.  OMNIDRAFT_TARGET names another (the test suite runs the 0.5B).
@@ -272,6 +274,23 @@ def split_format(name: str, qtype: str) -> tuple[str, int]:
     if rows:
         head_rank_path(name)  # raises for a model without a ranking
     return quant, rows
+
+
+def served_format(name_or_path: str | os.PathLike) -> tuple[str, int]:
+    """A registry ``NAME:FORMAT``'s (quantization, head rows), as ``split_format``; ("", 0) for a plain name or
+    a file: a drafter named so is served as it is."""
+    base, _, qtype = str(name_or_path).lower().partition(":")
+    if not qtype or base not in REGISTRY or Path(name_or_path).expanduser().is_file():
+        return "", 0
+    return split_format(base, qtype)
+
+
+def base_name(name_or_path: str | os.PathLike) -> str:
+    """``NAME:FORMAT`` -> ``NAME``, the pinned file the format is made from (what a trainer adapts: a served
+    format's head and quantization are re-applied to each version it publishes); anything else as it is."""
+    base, _, qtype = str(name_or_path).partition(":")
+    return base if qtype and base.lower() in REGISTRY and not Path(name_or_path).expanduser().is_file() \
+        else str(name_or_path)
 
 
 def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:

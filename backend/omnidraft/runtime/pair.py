@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 class LoadedPair:
     """One target (+ drafter) per process; a drafter loaded or swapped in keeps the n-gram cache of its
-    vocabulary pair, the tuned thread count and (``runtime.heads``) a frequency-ranked head."""
+    vocabulary pair, the tuned thread count and (``runtime.heads``) the served format: the quantization the
+    session's drafter was named with (``NAME:q4_0_pure+fr``) and its frequency-ranked head."""
 
     def __init__(self, settings: Settings, state: StateDir):
         self.settings, self.state = settings, state
@@ -34,13 +35,15 @@ class LoadedPair:
         self.draft: Engine | None = None
         self.pair: PairContext | None = None
         self.draft_threads: int | None = None  # the tuned drafter thread count, once known (kept across swaps)
+        self.served_quant = models.served_format(settings.draft)[0]  # '' where the drafter keeps its own
 
     def load_drafter(self, name_or_path: str) -> None:
         """Load (or swap in) a drafter; the n-gram cache is kept: it is keyed by vocabulary pair.  A drafter
-        swapped in for one served with a frequency-ranked head is served with the same head (runtime.heads)."""
-        if self.draft is not None and self.draft.head_ids is not None:
-            name_or_path = str(heads.with_head(models.resolve(name_or_path), self.draft.head_ids,
-                                               self.state.root / "drafters"))
+        swapped in is served in the session's format: requantized as it was named, with the serving drafter's
+        frequency-ranked head (runtime.heads)."""
+        if self.draft is not None:
+            name_or_path = str(heads.served_copy(models.resolve(name_or_path), self.served_quant,
+                                                 self.draft.head_ids, self.state.root / "drafters"))
         pair = self.open_pair(name_or_path)
         old = self.draft
         self.draft, self.pair = pair.draft, pair
