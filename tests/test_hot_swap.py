@@ -3,7 +3,7 @@
 import threading
 
 from omnidraft.assets import models
-from omnidraft.spec.generator import GenerationParams
+from omnidraft.speculative.generator import GenerationParams
 from tests.reference import reference_target_tokens
 from omnidraft.online.registry import DrafterRegistry
 
