@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from omnidraft.spec.generator import Final, GenerationStats
+from omnidraft.speculative.generator import Final, GenerationStats
 from omnidraft.vocab.textstream import TextStream
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from omnidraft.llama.engine import Engine
-from omnidraft.spec.generator import GenerationParams, PromptInput, sample_token
+from omnidraft.speculative.generator import GenerationParams, PromptInput, sample_token
 
 
 def reference_target_tokens(target: Engine, prompt: PromptInput, params: GenerationParams) -> list[int]:

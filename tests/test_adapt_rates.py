@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from omnidraft.spec.generator import GenerationStats
+from omnidraft.speculative.generator import GenerationStats
 from omnidraft.online.rates import MIN_DRAFTED, acceptance_text
 from omnidraft.server.metrics import Metrics
 

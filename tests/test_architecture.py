@@ -19,7 +19,7 @@ GGUF_TOOLS = Path(__file__).resolve().parents[1] / "gguf_tools"
 LAYERS: list[tuple[str, ...]] = [
     ("",),                          # base: the package's own modules
     ("llama", "vocab"),             # core: llama.cpp, vocabularies
-    ("spec", "assets"),             # core: the speculative loop | pinned downloads, corpora and the prompt sets
+    ("speculative", "assets"),      # core: the speculative loop | pinned downloads, corpora and the prompt sets
     ("online",),                    # contract: records, outbox, registry, rates
     ("runtime",),                   # the generator factory (session)
     ("server", "trainer"),          # serving | training
@@ -138,7 +138,7 @@ def test_the_trainer_never_imports_serving_code():
     """The trainer meets serving only through the record schema and the drafter registry on disk."""
     g = graph()
     trainer = {n for n in g if _folder(n) == "trainer"}
-    bad = _violations(g, trainer, lambda s, d: _folder(d) in ("server", "runtime", "spec"))
+    bad = _violations(g, trainer, lambda s, d: _folder(d) in ("server", "runtime", "speculative"))
     assert not bad, bad
 
 
@@ -190,8 +190,8 @@ def test_no_importlib_for_our_own_modules():
 def test_the_rules_see_real_edges():
     """Guard against a parser that finds nothing (a test that cannot fail)."""
     g = graph()
-    assert "llama.engine" in g["spec.generator"] and "spec.verifier" in g["spec.generator"]
-    assert "spec.generator" in g["server.worker"]
+    assert "llama.engine" in g["speculative.generator"] and "speculative.verifier" in g["speculative.generator"]
+    assert "speculative.generator" in g["server.worker"]
     assert "online.registry" in g["trainer.service"]
 
 
@@ -219,10 +219,6 @@ def _unexplained_imports(source: str) -> list[int]:
     return sorted(bad)
 
 
-# Files another piece of work has open (issue 41's kernels); their in-function imports are still to be sorted.
-_LAZY_UNSORTED = {"llama/build.py", "llama/buildprobe.py"}
-
-
 def test_imports_sit_at_module_level():
     """A module's imports are at its top, where a reader sees its place in the graph (issue 44).  An import stays
     inside a function only with a ``# lazy:`` comment saying why: a heavy package the module's commands need not
@@ -231,7 +227,7 @@ def test_imports_sit_at_module_level():
     assert _unexplained_imports("def f():\n    import json\n") == [2]  # the rule sees an import
     assert _unexplained_imports("def f():\n    # lazy: torch,\n    # slow\n    import torch\n\n    import torch.nn\n") == []
     bad = [f"{p.relative_to(ROOT)}:{line}" for p in sorted(ROOT.rglob("*.py"))
-           if str(p.relative_to(ROOT)) not in _LAZY_UNSORTED for line in _unexplained_imports(p.read_text())]
+           for line in _unexplained_imports(p.read_text())]
     assert not bad, bad
 
 

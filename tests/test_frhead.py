@@ -153,7 +153,7 @@ def test_format_names():
 def test_the_served_drafter_proposes_only_head_tokens_and_output_is_the_targets(default_session, target_reference):
     """The session's drafter is the served one (``SERVED_DRAFT``, a 16k head): every drafted token lies in
     its head, and greedy output equals the target alone's (the lossless matrix checks many more prompts)."""
-    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.speculative.generator import GenerationParams
 
     s = default_session
     head = s.draft.head_ids

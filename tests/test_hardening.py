@@ -158,7 +158,7 @@ def _controls(engine, ids):
 
 
 def test_chat_content_is_tokenized_as_text(chatml_engine):
-    from omnidraft.spec.generator import Generator
+    from omnidraft.speculative.generator import Generator
 
     e = chatml_engine
     gen = Generator(e)
@@ -178,7 +178,7 @@ def test_chat_content_is_tokenized_as_text(chatml_engine):
 def test_rewritten_content_with_control_text_is_refused(chatml_engine):
     from omnidraft.vocab import chat
     from omnidraft.errors import BadRequest
-    from omnidraft.spec.generator import Generator
+    from omnidraft.speculative.generator import Generator
 
     trims = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'][:-1] }}<|im_end|>\n{% endfor %}"
     text, spans = chat.render_marked(trims, [{"role": "user", "content": "abc"}])

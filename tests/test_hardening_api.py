@@ -19,7 +19,7 @@ import pytest
 from hardening_helpers import FakePrompt, FakeSession, app_maker
 from omnidraft.assets import models
 from omnidraft.apps.cli import main as cli_main
-from omnidraft.spec.generator import Final, GenerationParams, GenerationStats
+from omnidraft.speculative.generator import Final, GenerationParams, GenerationStats
 from omnidraft.server.app import state
 from omnidraft.server.protocol import ApiError, parse_request
 from omnidraft.server.worker import Job
@@ -101,7 +101,7 @@ def test_timed_out_answer_reports_the_tokens_it_produced(make):
 def test_generator_counts_the_tokens_of_a_stream_stopped_early():
     """What the worker reports on a timeout: the real Generator's count while it streams."""
     from omnidraft.llama.engine import Engine, EngineConfig
-    from omnidraft.spec.generator import Generator
+    from omnidraft.speculative.generator import Generator
 
     spec = models.get_spec(models.DEFAULT_DRAFT)  # the smallest model: any model can generate alone
     if not models.is_verified(spec):

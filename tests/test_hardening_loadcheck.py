@@ -70,7 +70,7 @@ def test_the_server_keeps_serving_and_reports_a_drafter_that_aborts_llama_cpp(de
     from omnidraft.online.registry import DrafterRegistry
     from omnidraft.server.cli import WatchedRegistry
     from omnidraft.server.metrics import Metrics
-    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.speculative.generator import GenerationParams
 
     session = default_session
     reg = DrafterRegistry(tmp_path / "registry", base_path=models.resolve(DRAFT))

@@ -306,8 +306,8 @@ class _CachingGen:
         return self.prompt_from_text(msgs[-1]["content"])
 
     def stream(self, prompt, params):
-        from omnidraft.spec.generator import Final
-        from omnidraft.spec.stats import GenerationStats
+        from omnidraft.speculative.generator import Final
+        from omnidraft.speculative.stats import GenerationStats
 
         ids, old = prompt.target_ids, type(self).cached
         n = next((i for i, (a, b) in enumerate(zip(ids, old)) if a != b), min(len(ids), len(old)))

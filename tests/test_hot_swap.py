@@ -4,7 +4,7 @@ import threading
 
 from gguf_tools.inspect import inspect
 from omnidraft.assets import models
-from omnidraft.spec.generator import GenerationParams
+from omnidraft.speculative.generator import GenerationParams
 from tests.reference import reference_target_tokens
 from omnidraft.online.registry import DrafterRegistry
 

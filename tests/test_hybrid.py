@@ -1,9 +1,9 @@
 """Free drafts first (issue 14): the lookup-first hybrid skips the model where the context already holds
 the continuation, asks the model elsewhere, and its output is still the target alone's."""
 
-from omnidraft.spec.drafters import LookupFirstDrafter, PromptLookupDrafter
-from omnidraft.spec.generator import GenerationParams
-from omnidraft.spec.step import Verdict
+from omnidraft.speculative.drafters import LookupFirstDrafter, PromptLookupDrafter
+from omnidraft.speculative.generator import GenerationParams
+from omnidraft.speculative.step import Verdict
 from tests.reference import reference_target_tokens
 
 # a prompt whose answer repeats its own text: lookup has something to propose, and the model the rest
@@ -40,7 +40,7 @@ class _Model:
         pass
 
     def draft(self, k, stop):
-        from omnidraft.spec.step import Draft
+        from omnidraft.speculative.step import Draft
         self.calls += 1
         return Draft()
 
@@ -52,7 +52,7 @@ class _Model:
 
 
 def test_lookup_hit_skips_the_model_and_both_see_every_token():
-    from omnidraft.spec.drafters import PromptInput
+    from omnidraft.speculative.drafters import PromptInput
 
     model = _Model()
     h = LookupFirstDrafter("hybrid", model, min_ngram=2)

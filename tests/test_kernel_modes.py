@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from omnidraft.llama import invariance
-from omnidraft.spec.generator import GenerationParams, Generator
+from omnidraft.speculative.generator import GenerationParams, Generator
 from omnidraft.llama.invariance import Fidelity
-from omnidraft.spec.methods import make_drafter
-from omnidraft.spec.policy import PolicyConfig
-from omnidraft.spec.verifier import SamplingParams, first_uncertain_row
+from omnidraft.speculative.methods import make_drafter
+from omnidraft.speculative.policy import PolicyConfig
+from omnidraft.speculative.verifier import SamplingParams, first_uncertain_row
 
 from tests.lossless_prompts import PROMPTS
 

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from omnidraft.spec.generator import GenerationParams
-from omnidraft.spec.policy import DraftPolicy, PolicyConfig
+from omnidraft.speculative.generator import GenerationParams
+from omnidraft.speculative.policy import DraftPolicy, PolicyConfig
 from omnidraft.vocab.textstream import TextStream
 
 PROMPT = "def fibonacci(n):\n"

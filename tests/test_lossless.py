@@ -6,7 +6,7 @@ reference is written independently of the speculative loop (one token per pass).
 
 import pytest
 
-from omnidraft.spec.generator import GenerationParams
+from omnidraft.speculative.generator import GenerationParams
 
 from tests.lossless_prompts import GREEDY, PROMPTS
 
@@ -78,9 +78,9 @@ def test_target_method_matches_reference_and_counts_passes(default_session, refe
 @pytest.mark.parametrize("policy", ["gamma", "threshold"])
 def test_adaptive_drafting_stays_lossless(default_session, reference, policy):
     """Drafts stopped early by the predictor (gamma) or by confidence (threshold): same output."""
-    from omnidraft.spec.generator import Generator
-    from omnidraft.spec.methods import make_drafter
-    from omnidraft.spec.policy import PolicyConfig
+    from omnidraft.speculative.generator import Generator
+    from omnidraft.speculative.methods import make_drafter
+    from omnidraft.speculative.policy import PolicyConfig
 
     drafter = make_drafter("omnidraft", default_session.pair)
     drafted = []  # drafter tokens per step: what k = 6 bounds

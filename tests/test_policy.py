@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from omnidraft.spec.guard import GuardConfig, RateGuard
-from omnidraft.spec.policy import DraftPolicy, PolicyConfig, StepOutcome
-from omnidraft.spec.predictor import AcceptancePredictor, DraftFeatures
+from omnidraft.speculative.guard import GuardConfig, RateGuard
+from omnidraft.speculative.policy import DraftPolicy, PolicyConfig, StepOutcome
+from omnidraft.speculative.predictor import AcceptancePredictor, DraftFeatures
 
 
 def synthetic_feats(rng, n):
@@ -365,7 +365,7 @@ def test_the_generator_feeds_the_guard_and_an_unpriced_drafter_cost_stops_drafti
     however fast or loaded the machine is: a fixed 60 ms was cheap beside a decode slowed by other processes."""
     import time
 
-    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.speculative.generator import GenerationParams
 
     s = default_session
     pol = DraftPolicy(PolicyConfig(name="cost", k=4))
@@ -405,8 +405,8 @@ def test_the_drafters_catching_up_after_a_pause_is_priced_apart(default_session,
     """Text the target wrote while the policy ran it alone is read by the drafter in a pass of its own, timed as
     catching up: the drafting passes stay the 1..4-token ones the cost model prices, and the guard is handed the
     step's time without it.  Before, one probe after a pause priced a drafted token at the whole catch-up."""
-    from omnidraft.spec.drafters import CATCHUP_MIN
-    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.speculative.drafters import CATCHUP_MIN
+    from omnidraft.speculative.generator import GenerationParams
 
     s = default_session
     pol = DraftPolicy(PolicyConfig(name="fixed", k=2))

@@ -3,10 +3,10 @@ exactly the target alone's with the same reuse."""
 
 from __future__ import annotations
 
-from omnidraft.spec.generator import GenerationParams, Generator
+from omnidraft.speculative.generator import GenerationParams, Generator
 from tests.reference import reference_target_tokens
-from omnidraft.spec.methods import make_drafter
-from omnidraft.spec.policy import PolicyConfig
+from omnidraft.speculative.methods import make_drafter
+from omnidraft.speculative.policy import PolicyConfig
 
 TURN1 = [{"role": "user", "content": "Write a Python function that reverses a string."}]
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from omnidraft.spec.drafters import PromptInput
-from omnidraft.spec.generator import Final, GenerationParams, GenerationStats
+from omnidraft.speculative.drafters import PromptInput
+from omnidraft.speculative.generator import Final, GenerationParams, GenerationStats
 from omnidraft.online.records import SCHEMA, RecordError, build_record, validate
 
 

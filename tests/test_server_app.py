@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from omnidraft.errors import ContextOverflow
-from omnidraft.spec.generator import Final, GenerationStats
+from omnidraft.speculative.generator import Final, GenerationStats
 from omnidraft.server import ServerConfig, create_app
 from omnidraft.server.app import shutdown
 from omnidraft.vocab.textstream import Chunk

@@ -11,7 +11,7 @@ import pytest
 from hardening_helpers import FakeGen, FakeSession
 from omnidraft.runtime.session import Session
 from omnidraft.server.serving import ServingGenerator, ServingSession
-from omnidraft.spec.generator import Generator
+from omnidraft.speculative.generator import Generator
 
 
 def _members(proto) -> set[str]:

@@ -1,4 +1,4 @@
-"""One statistics type (spec.stats.GenerationStats) for an answer and for totals over answers: the generator
+"""One statistics type (speculative.stats.GenerationStats) for an answer and for totals over answers: the generator
 counts each step into it, the benchmarks and the server sum answers with it, so acceptance and tau mean the
 same everywhere (tau counts the end-of-generation token, issue 29).  Hand-made numbers, no model."""
 
@@ -6,9 +6,9 @@ import pytest
 
 from omnidraft.bench.runner import Tally
 from omnidraft.server.metrics import Metrics
-from omnidraft.spec.generator import Final
-from omnidraft.spec.stats import GenerationStats
-from omnidraft.spec.step import Draft, PhaseClock, StepRecord, Verdict
+from omnidraft.speculative.generator import Final
+from omnidraft.speculative.stats import GenerationStats
+from omnidraft.speculative.step import Draft, PhaseClock, StepRecord, Verdict
 from omnidraft.vocab.translator import NGRAM, Candidates
 
 

@@ -6,10 +6,10 @@ import pytest
 
 from omnidraft.cliutil import FLAG_RANGES, TEMPERATURE
 from omnidraft.errors import BadRequest
-from omnidraft.spec.generator import GenerationParams
-from omnidraft.spec.rules import RULES, Drafted, Outlook, PolicyConfig, StepCosts, best_length, drafting_pays
-from omnidraft.spec.predictor import DraftFeatures
-from omnidraft.spec.step import ROOT, Draft, PhaseClock, StepOutcome, StepRecord, Verdict
+from omnidraft.speculative.generator import GenerationParams
+from omnidraft.speculative.rules import RULES, Drafted, Outlook, PolicyConfig, StepCosts, best_length, drafting_pays
+from omnidraft.speculative.predictor import DraftFeatures
+from omnidraft.speculative.step import ROOT, Draft, PhaseClock, StepOutcome, StepRecord, Verdict
 from omnidraft.vocab.translator import DIRECT, NGRAM, Candidates
 
 

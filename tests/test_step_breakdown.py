@@ -5,8 +5,8 @@ steps must cover the generation time that the generator measures on its own (tot
 
 import pytest
 
-from omnidraft.spec.generator import GenerationParams
-from omnidraft.spec.stats import STEP_PARTS
+from omnidraft.speculative.generator import GenerationParams
+from omnidraft.speculative.stats import STEP_PARTS
 
 PROMPT = "def is_prime(n):\n    \"\"\"Return True if n is a prime number.\"\"\"\n"
 

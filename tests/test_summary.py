@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from omnidraft.spec.generator import GenerationStats
-from omnidraft.spec.policy import DraftPolicy, PolicyConfig
+from omnidraft.speculative.generator import GenerationStats
+from omnidraft.speculative.policy import DraftPolicy, PolicyConfig
 
 from tests.serve_helpers import seed_state
 
@@ -72,7 +72,7 @@ def test_generate_prints_how_many_tokens_were_drafted_and_why(tmp_path):
 def test_an_answer_ended_by_the_target_counts_its_end_token_so_tau_is_at_least_one(default_session):
     """The probe's 0.98 tokens per pass: the target alone makes one token a pass, and the last pass of an
     answer that ends on its own made the end-of-generation token, which is not text but was produced."""
-    from omnidraft.spec.generator import GenerationParams
+    from omnidraft.speculative.generator import GenerationParams
 
     gen = default_session.generator("target")
     f = gen.generate(gen.prompt_from_messages([{"role": "user", "content": "Say yes."}]),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from omnidraft.spec.generator import GenerationParams
+from omnidraft.speculative.generator import GenerationParams
 from omnidraft.runtime.session import Session, Settings
 
 from tests.serve_helpers import seed_state

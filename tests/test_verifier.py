@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from omnidraft.spec.verifier import (SamplingParams, sample_token, target_probs, verify_exact_sampling,
+from omnidraft.speculative.verifier import (SamplingParams, sample_token, target_probs, verify_exact_sampling,
                                 verify_greedy, verify_rejection_approx)
 
 

@@ -1,6 +1,6 @@
 """omnidraft: one small cross-vocabulary drafter for on-device speculative decoding.
 
-Layers, one folder each (docs/ARCHITECTURE.md): llama, vocab -> spec, assets -> online -> runtime ->
+Layers, one folder each (docs/ARCHITECTURE.md): llama, vocab -> speculative, assets -> online -> runtime ->
 server | trainer -> bench -> distill -> apps; the package's own modules (errors, seq, ...) under them all.
 """
 

@@ -31,7 +31,7 @@ MIN_NETWORK_SECRET = 16
 
 
 # The one bound on a sampling temperature (OpenAI's), wherever one is given: the generator's parameters
-# (spec.generator.GenerationParams.check), the server's requests and every command's flags (below)
+# (speculative.generator.GenerationParams.check), the server's requests and every command's flags (below)
 TEMPERATURE: Range = (0.0, 2.0)
 _BIG = 10 ** 9  # counts with no natural ceiling: large enough for any real run, small enough to refuse typos
 _THREADS, _SEED = (0, 1024), (0, 2 ** 64 - 1)

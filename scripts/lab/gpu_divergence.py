@@ -28,8 +28,8 @@ from omnidraft.assets.snapshot import load_snapshot
 from omnidraft.llama import invariance
 from omnidraft.runtime.session import Session, Settings
 from omnidraft.seq import common_prefix
-from omnidraft.spec.generator import GenerationParams
-from omnidraft.spec.policy import DraftPolicy, PolicyConfig
+from omnidraft.speculative.generator import GenerationParams
+from omnidraft.speculative.policy import DraftPolicy, PolicyConfig
 
 
 def first_diff(a: list[int], b: list[int]) -> int | None:

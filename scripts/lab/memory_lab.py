@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
 from omnidraft.apps.adapt import DEFAULT_TARGET, AdaptConfig, load_items, load_old, prompt_input  # noqa: E402
 from omnidraft.assets import models  # noqa: E402
-from omnidraft.spec.drafters import DraftCounters, prompt_lookup  # noqa: E402
-from omnidraft.spec.step import Draft, Verdict  # noqa: E402
-from omnidraft.spec.generator import GenerationParams  # noqa: E402
-from omnidraft.spec.policy import DraftPolicy, PolicyConfig  # noqa: E402
-from omnidraft.spec.stats import GenerationStats  # noqa: E402
+from omnidraft.speculative.drafters import DraftCounters, prompt_lookup  # noqa: E402
+from omnidraft.speculative.step import Draft, Verdict  # noqa: E402
+from omnidraft.speculative.generator import GenerationParams  # noqa: E402
+from omnidraft.speculative.policy import DraftPolicy, PolicyConfig  # noqa: E402
+from omnidraft.speculative.stats import GenerationStats  # noqa: E402
 from omnidraft.vocab.translator import LOOKUP, Candidates  # noqa: E402
 
 K = 4
@@ -268,8 +268,8 @@ def e2e(session, prompts, max_tokens: int, memory: StreamMemory | None, use_look
     """``adapt.evaluate``'s measurement with the lab's composition (fixed k, greedy, empty n-gram cache)."""
     import copy
 
-    from omnidraft.spec.generator import Generator
-    from omnidraft.spec.methods import make_drafter
+    from omnidraft.speculative.generator import Generator
+    from omnidraft.speculative.methods import make_drafter
     from omnidraft.vocab.ngram_cache import NGramCache
 
     pair = copy.copy(session.pair)

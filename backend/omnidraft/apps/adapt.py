@@ -57,9 +57,9 @@ from omnidraft.online.rates import acceptance_text, measured
 from omnidraft.online.records import build_record
 from omnidraft.online.registry import DrafterRegistry
 from omnidraft.runtime.session import Session
-from omnidraft.spec.generator import GenerationParams
-from omnidraft.spec.policy import DraftPolicy, PolicyConfig
-from omnidraft.spec.stats import GenerationStats
+from omnidraft.speculative.generator import GenerationParams
+from omnidraft.speculative.policy import DraftPolicy, PolicyConfig
+from omnidraft.speculative.stats import GenerationStats
 from omnidraft.vocab.ngram_cache import NGramCache
 
 from .adapt_config import AdaptConfig

@@ -59,7 +59,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- generate
 def _cmd_generate(args: argparse.Namespace) -> int:
     # lazy: as in build_parser (`omnidraft gguf` start-up)
-    from omnidraft.spec.generator import Final, GenerationParams
+    from omnidraft.speculative.generator import Final, GenerationParams
     from omnidraft.runtime.session import Session, Settings
 
     settings = dataclass_from_args(Settings, args)
@@ -119,7 +119,7 @@ def _cmd_adapt(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     # lazy: `omnidraft gguf` returns before the parser is built; at the top, this and the other commands'
     # imports would add ~0.2 s to its ~0.35 s start-up (CPU time, 2-core EPYC Zen 4)
-    from omnidraft.spec.generator import VERIFICATION_MODES
+    from omnidraft.speculative.generator import VERIFICATION_MODES
     from omnidraft.runtime.session import Settings
 
     p = argparse.ArgumentParser(

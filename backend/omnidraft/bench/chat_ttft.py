@@ -21,7 +21,7 @@ from pathlib import Path
 from omnidraft.assets import models
 from omnidraft.assets.corpora import sharegpt_conversations, sharegpt_heldout
 from omnidraft.runtime.session import Session, Settings
-from omnidraft.spec.generator import GenerationParams
+from omnidraft.speculative.generator import GenerationParams
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from omnidraft.llama import invariance, log as llama_log
 from omnidraft.llama.costmodel import CostModel, time_passes
 from omnidraft.llama.engine import AUTO, Engine, EngineConfig, KERNEL_CHOICES, KernelMode
 from omnidraft.runtime.session import Session, Settings
-from omnidraft.spec.generator import GenerationParams
-from omnidraft.spec.stats import GenerationStats
+from omnidraft.speculative.generator import GenerationParams
+from omnidraft.speculative.stats import GenerationStats
 
 from . import device, passes, peer, projection, report, runner
 from .runner import Config

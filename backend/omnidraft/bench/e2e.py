@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from omnidraft.spec.stats import STEP_PARTS
+from omnidraft.speculative.stats import STEP_PARTS
 
 UPSTREAM = "-upstream"
 PEER = "llama-cpp-python"

@@ -11,7 +11,7 @@ from pathlib import Path
 import llama_cpp
 
 from omnidraft.llama.build import has_llamafile
-from omnidraft.spec.stats import STEP_PARTS
+from omnidraft.speculative.stats import STEP_PARTS
 
 
 def machine(gpu: bool = False) -> dict:

@@ -17,10 +17,10 @@ from llama_cpp import Llama
 from tqdm import tqdm
 
 from omnidraft.llama.costmodel import CostModel, CostSampler, predicted_time, speedup
-from omnidraft.spec.generator import Final, GenerationParams, Generator
-from omnidraft.spec.stats import GenerationStats
-from omnidraft.spec.methods import PairContext
-from omnidraft.spec.policy import PolicyConfig, seeded_policy
+from omnidraft.speculative.generator import Final, GenerationParams, Generator
+from omnidraft.speculative.stats import GenerationStats
+from omnidraft.speculative.methods import PairContext
+from omnidraft.speculative.policy import PolicyConfig, seeded_policy
 from omnidraft.runtime.session import Session
 from omnidraft.assets.prompts import Item
 

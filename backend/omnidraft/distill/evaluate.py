@@ -32,8 +32,8 @@ from omnidraft.bench.runner import BenchContext, Config
 from omnidraft.llama.costmodel import time_passes
 from omnidraft.llama.engine import Engine, EngineConfig
 from omnidraft.runtime.session import Session, Settings
-from omnidraft.spec.generator import GenerationParams
-from omnidraft.spec.stats import GenerationStats
+from omnidraft.speculative.generator import GenerationParams
+from omnidraft.speculative.stats import GenerationStats
 
 from .data import chat_items
 

@@ -150,6 +150,8 @@ def cmake_args(tier: str = "native", flags: set[str] | None = None) -> list[str]
 # ------------------------------------------------------------- the installed build
 def _lib_paths(stem: str) -> list[str]:
     """The installed llama-cpp-python's copies of ``stem`` (``libggml-cpu.so``, ``libllama.so``), sorted."""
+    # lazy: setup runs this file as a plain script (cmake-args, source) before llama-cpp-python is installed,
+    # and again to rebuild over a build that fails the probe: only the commands that read the build load it
     import llama_cpp
 
     return sorted(glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", stem + "*")))
@@ -172,7 +174,7 @@ def build_id() -> str:
     """The installed llama.cpp build as measurement caches key it: the version, the CPU library's size and
     time (a rebuild with new kernels changes what a mode computes and how fast), and OMNIDRAFT_SBQ4.
     The library is stat'ed once per process: a rebuild replaces it under a new process (setup, check)."""
-    import llama_cpp
+    import llama_cpp  # lazy: as in _lib_paths (setup runs this file before llama-cpp-python is installed)
 
     libs = _lib_paths("libggml-cpu.so")
     return f"{llama_cpp.__version__}:{_build_stamp(libs[0] if libs else None)}:sbq4-{'off' if _sbq4_off() else 'on'}"
@@ -181,7 +183,7 @@ def build_id() -> str:
 def has_frhead() -> bool:
     """Whether the installed libllama loads drafters with a frequency-ranked head (``frhead.patch``)."""
     try:
-        import llama_cpp
+        import llama_cpp  # lazy: guarded, as in _lib_paths
     except Exception:  # noqa: BLE001 - no llama.cpp: no patch
         return False
     for lib in _lib_paths("libllama.so"):
@@ -215,7 +217,7 @@ def compiled_features() -> dict[str, bool]:
 def problems() -> list[str]:
     """Why the installed build is not the one omnidraft needs (empty list: it is)."""
     try:
-        import llama_cpp
+        import llama_cpp  # lazy: guarded, as in _lib_paths
     except Exception as e:  # noqa: BLE001 - a broken install is reported, not raised
         return [f"llama_cpp does not import: {e}"]
     out = []

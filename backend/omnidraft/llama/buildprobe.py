@@ -23,17 +23,27 @@ only the small-batch kernel's bit-identity check catches) so that tests can show
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import logging
+import mmap
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import gguf
 import numpy as np
+from gguf.quants import dequantize, quantize
+
+from . import log as llama_log  # noqa: F401 - routes llama.cpp's log lines (the child's) off stderr
+from .build import sbq4_active
+from .engine import Engine, EngineConfig, KernelMode
 
 # tiny Llama: 2 layers, GQA 4/2 heads; rows are multiples of 8 and columns of 32 so that Q4_0 repacks
 N_EMBD, N_HEAD, N_HEAD_KV, N_FF, N_LAYER = 256, 4, 2, 512, 2
@@ -72,11 +82,6 @@ def _weights(seed: int) -> dict[str, np.ndarray]:
 
 def write_probe_model(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
     """Write the probe GGUF; return the weights as llama.cpp will see them (Q4_0 round-tripped)."""
-    import logging
-
-    import gguf
-    from gguf.quants import dequantize, quantize
-
     logging.getLogger("gguf").setLevel(logging.WARNING)  # its 'writing file' lines are noise here
 
     Q4 = gguf.GGMLQuantizationType.Q4_0
@@ -161,10 +166,6 @@ def _token_ids(seed: int) -> list[int]:
 def _inject_fault(kind: str) -> None:
     if kind == "sigill":
         # a real illegal instruction (ud2) on a worker thread, like AMX tiles the OS did not grant
-        import ctypes
-        import mmap
-        import threading
-
         buf = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
         buf.write(b"\x0f\x0b")
         addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
@@ -175,10 +176,6 @@ def _inject_fault(kind: str) -> None:
 
 def run_modes(model: Path, threads: int, n_gpu_layers: int = 0) -> dict:
     """In this process: logits of one-token and batched decoding in both modes (what the child does)."""
-    from .engine import Engine, EngineConfig, KernelMode
-
-    from .build import sbq4_active
-
     fault = os.environ.get(PROBE_FAULT_ENV, "")
     ids = _token_ids(0)
     prefix, seq = ids[:PREFIX], ids[PREFIX:PREFIX + MAX_BATCH]
@@ -312,8 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        from . import log as llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
-
         Path(args.out).write_text(json.dumps(run_modes(Path(args.child), args.threads, args.gpu_layers)))
         return 0
     res = probe(args.threads, n_gpu_layers=args.gpu_layers)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 from omnidraft import statefile
 from omnidraft.llama import costmodel
 from omnidraft.llama.costmodel import CostModel
-from omnidraft.spec.policy import DraftPolicy
+from omnidraft.speculative.policy import DraftPolicy
 
 if TYPE_CHECKING:
     from .pair import LoadedPair

@@ -10,7 +10,7 @@ from omnidraft.assets import models
 from omnidraft.llama import invariance
 from omnidraft.llama.engine import Engine, EngineConfig
 from omnidraft.online.registry import VersionCorrupt
-from omnidraft.spec.methods import PairContext
+from omnidraft.speculative.methods import PairContext
 from omnidraft.vocab.bridge import build_bridge
 from omnidraft.vocab.ngram_cache import NGramCache
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from omnidraft.llama.costmodel import CostModel
-from omnidraft.spec.policy import DraftPolicy, PolicyConfig, seeded_policy
-from omnidraft.spec.predictor import AcceptancePredictor
+from omnidraft.speculative.policy import DraftPolicy, PolicyConfig, seeded_policy
+from omnidraft.speculative.predictor import AcceptancePredictor
 
 MAX_POLICIES = 32  # (method, policy, k) combinations a long-running server keeps learning in
 

@@ -5,9 +5,9 @@ swaps (``pair``), the cost model store (``costs``), the policy cache (``policies
 from __future__ import annotations
 
 from omnidraft.online.records import build_record
-from omnidraft.spec.generator import Final, Generator
-from omnidraft.spec.methods import NEEDS_DRAFT_MODEL, PairContext, make_drafter
-from omnidraft.spec.policy import DraftPolicy
+from omnidraft.speculative.generator import Final, Generator
+from omnidraft.speculative.methods import NEEDS_DRAFT_MODEL, PairContext, make_drafter
+from omnidraft.speculative.policy import DraftPolicy
 
 from .costs import CostStore
 from .pair import LoadedPair, Registry, Swaps

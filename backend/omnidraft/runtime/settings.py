@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from omnidraft.assets import models
 from omnidraft.errors import BadRequest
 from omnidraft.llama.engine import AUTO, KERNEL_CHOICES
-from omnidraft.spec.methods import METHODS
-from omnidraft.spec.policy import PolicyConfig
+from omnidraft.speculative.methods import METHODS
+from omnidraft.speculative.policy import PolicyConfig
 
 
 @dataclass

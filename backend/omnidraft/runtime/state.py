@@ -12,9 +12,9 @@ from typing import Iterable
 
 from omnidraft import statefile
 from omnidraft.assets import models
-from omnidraft.spec.methods import PairContext
-from omnidraft.spec.policy import DraftPolicy
-from omnidraft.spec.predictor import AcceptancePredictor
+from omnidraft.speculative.methods import PairContext
+from omnidraft.speculative.policy import DraftPolicy
+from omnidraft.speculative.predictor import AcceptancePredictor
 from omnidraft.vocab.bridge import VocabBridge
 from omnidraft.vocab.ngram_cache import cache_filename
 

@@ -21,7 +21,7 @@ import time
 from collections import Counter, deque
 
 from omnidraft.online.rates import MIN_DRAFTED, acceptance_text
-from omnidraft.spec.stats import GenerationStats
+from omnidraft.speculative.stats import GenerationStats
 
 RETRY_AFTER_S = (1, 60)  # the bounds of the Retry-After a 429 answer suggests
 DRAIN_WINDOW = 32  # engine jobs whose times estimate how fast the queue drains

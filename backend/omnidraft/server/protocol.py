@@ -13,9 +13,9 @@ from typing import Callable
 
 from ..cliutil import TEMPERATURE
 from ..errors import OmniDraftError
-from omnidraft.spec.generator import GenerationParams
-from omnidraft.spec.methods import METHODS
-from omnidraft.spec.policy import POLICIES
+from omnidraft.speculative.generator import GenerationParams
+from omnidraft.speculative.methods import METHODS
+from omnidraft.speculative.policy import POLICIES
 from omnidraft.vocab import chat
 
 MAX_STOP = 4

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Iterator, Protocol, runtime_checkable
 
-from omnidraft.spec.generator import Final, GenerationParams
-from omnidraft.spec.stats import GenerationStats
+from omnidraft.speculative.generator import Final, GenerationParams
+from omnidraft.speculative.stats import GenerationStats
 from omnidraft.vocab.textstream import Chunk
 
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import OmniDraftError
-from omnidraft.spec.generator import Final
-from omnidraft.spec.stats import GenerationStats
+from omnidraft.speculative.generator import Final
+from omnidraft.speculative.stats import GenerationStats
 from .metrics import Metrics
 from .protocol import ApiError, Request
 from .serving import ServingGenerator, ServingSession
