@@ -106,6 +106,8 @@ def test_a_published_version_is_served_in_the_session_format(tiny, tmp_path):
     from gguf_tools.inspect import inspect
     from omnidraft.runtime import heads
 
+    assert heads.served_quant(f"{models.SMOLLM2_D8}:q4_0_pure+fr") == "q4_0_pure"
+    assert heads.served_quant(models.SMOLLM2_D8) == "" == heads.served_quant(f"{models.SMOLLM2_D8}:fr")
     ids, out = _ids(32000, 300), tmp_path / "drafters"
     a = heads.served_copy(tiny, "q4_0_pure", ids, out)
     info = inspect(a)
@@ -129,7 +131,9 @@ def test_doctor_says_whether_the_build_has_the_head_patch(monkeypatch):
 def test_a_build_without_the_patch_serves_the_full_head(monkeypatch):
     """Where llama.cpp lacks frhead.patch (ARM builds, the upstream fallback), ':fr' names fall back, loudly."""
     monkeypatch.setattr(build, "has_frhead", lambda: False)
-    quant, _ = models.served_format(models.SERVED_DRAFT)
+    from omnidraft.runtime import heads
+
+    quant = heads.served_quant(models.SERVED_DRAFT)
     want = models.resolve(f"{models.DEFAULT_DRAFT}:{quant}" if quant else models.DEFAULT_DRAFT)
     assert models.resolve(models.SERVED_DRAFT) == want
 
@@ -144,10 +148,8 @@ def test_format_names():
             models.split_format(models.SMOLLM2_D8, bad)
     with pytest.raises(ModelNotFound, match="no token ranking"):
         models.split_format(models.QWEN_05B, "fr")
-    assert models.served_format(f"{models.SMOLLM2_D8}:q4_0_pure+fr") == ("q4_0_pure", models.FR_DEFAULT_ROWS)
-    assert models.served_format(models.SMOLLM2_D8) == ("", 0) == models.served_format("/no/such:q4_0.gguf")
-    assert models.base_name(f"{models.SMOLLM2_D8}:q4_0_pure+fr") == models.SMOLLM2_D8
-    assert models.base_name("/some/file.gguf") == "/some/file.gguf"
+    assert models.named_format(f"{models.SMOLLM2_D8}:q4_0_pure+fr") == (models.SMOLLM2_D8, "q4_0_pure+fr")
+    assert models.named_format(models.SMOLLM2_D8) == ("", "") == models.named_format("/no/such:q4_0.gguf")
 
 
 def test_the_served_drafter_proposes_only_head_tokens_and_output_is_the_targets(default_session, target_reference):

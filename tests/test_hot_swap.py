@@ -4,6 +4,7 @@ import threading
 
 from gguf_tools.inspect import inspect
 from omnidraft.assets import models
+from omnidraft.runtime import heads
 from omnidraft.speculative.generator import GenerationParams
 from tests.reference import reference_target_tokens
 from omnidraft.online.registry import DrafterRegistry
@@ -48,7 +49,7 @@ def test_publish_during_a_generation_loop_fails_no_request(default_session, tmp_
         if head is not None:
             assert session.draft.head_ids.tolist() == head.tolist()
         # and so is its quantization: the published Q4_1 file serves requantized, as the shipped one does
-        if quant := models.served_format(session.settings.draft)[0]:
+        if quant := heads.served_quant(session.settings.draft):
             assert inspect(session.draft.path)["file_type"] == quant.removesuffix("_pure").upper()
         # a broken publish never takes the working drafter down
         bad = tmp_path / "broken.gguf"

@@ -254,8 +254,8 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
     try:
         replay_path = _replay_file(r, out)
         _before(r, out)
-        base = models.base_name(settings.draft)  # the trainer adapts the pinned file; the session serves its format
-        trainer = TrainerProcess(out / "trainer", cfg.trainer_options(base, threads, replay_path), out / "trainer.log")
+        trainer = TrainerProcess(out / "trainer", cfg.trainer_options(_trainer_base(settings), threads, replay_path),
+                                 out / "trainer.log")
         _stream(r, trainer, out)
         for name, prompts in old.items():
             r.old.setdefault(name, {})["after"] = r.measure(prompts, "old", name, len(stream), f"{name} after")
@@ -278,6 +278,11 @@ def _replay_file(r: Run, out: Path) -> Path | None:
     return path
 
 
+def _trainer_base(settings) -> str:
+    """What the trainer adapts: the pinned drafter a served ``NAME:FORMAT`` is made from, never its cut head."""
+    return models.named_format(settings.draft)[0] or settings.draft
+
+
 def _before(r: Run, out: Path) -> None:
     """The base drafter on the new domain's held-out prompts (the curve's first point) and the old domains'; the
     control on the new domain's."""
@@ -290,7 +295,7 @@ def _before(r: Run, out: Path) -> None:
         for name, prompts in r.items.old.items():
             r.old[name] = {"before": r.measure(prompts, "old", name, 0, f"{name} before")}
     if cfg.control:
-        path, meta = export_control(models.base_name(settings.draft), cfg.qtype, out, r.threads)
+        path, meta = export_control(_trainer_base(settings), cfg.qtype, out, r.threads)
         s.load_drafter(str(path))
         r.control = {**r.measure(r.items.heldout, "control", new, 0, "control"), **meta,
                      "version": f"control ({meta['qtype']}, untrained)"}

@@ -41,10 +41,9 @@ QWEN_05B = "qwen2.5-coder-0.5b"
 QWEN_15B = "qwen2.5-coder-1.5b"
 GEMMA3 = "gemma3-270m"
 DEFAULT_DRAFT = SMOLLM2_D8  # the drafter model: what the trainer adapts and publishes
-# what serve, generate and bench run by default: the same drafter with Q4_0 layers and a head over its 16k most
-# frequent tokens (FR-Spec): a pass 0.6x that of its Q8_0 layers (':fr') at the same acceptance at k = 4, output
-# unchanged (BENCHMARKS.md, issue 41, seventh session); its full head where llama.cpp lacks the patch.  The
-# versions the trainer publishes are served in this format too (runtime.heads).
+# what serve, generate and bench run by default, and the trainer's versions too (runtime.heads): the same drafter
+# with Q4_0 layers and a head over its 16k most frequent tokens (FR-Spec), a pass 0.6x that of ':fr' (Q8_0
+# layers) at the same acceptance (BENCHMARKS.md, issue 41); its full head where llama.cpp lacks the patch
 SERVED_DRAFT = SMOLLM2_D8 + ":q4_0_pure+fr"
 # The target when none is named: the 1.5B as users download it (Q4_K_M, no requantization), where speculation
 # pays on a 2-core CPU (about 1.2x on held-out code: BENCHMARKS.md); on the 0.5B a drafted token costs 13 % of
@@ -276,21 +275,10 @@ def split_format(name: str, qtype: str) -> tuple[str, int]:
     return quant, rows
 
 
-def served_format(name_or_path: str | os.PathLike) -> tuple[str, int]:
-    """A registry ``NAME:FORMAT``'s (quantization, head rows), as ``split_format``; ("", 0) for a plain name or
-    a file: a drafter named so is served as it is."""
+def named_format(name_or_path: str | os.PathLike) -> tuple[str, str]:
+    """A registry model's ``NAME:FORMAT`` (not a file of that name) -> (NAME, FORMAT); anything else ("", "")."""
     base, _, qtype = str(name_or_path).lower().partition(":")
-    if not qtype or base not in REGISTRY or Path(name_or_path).expanduser().is_file():
-        return "", 0
-    return split_format(base, qtype)
-
-
-def base_name(name_or_path: str | os.PathLike) -> str:
-    """``NAME:FORMAT`` -> ``NAME``, the pinned file the format is made from (what a trainer adapts: a served
-    format's head and quantization are re-applied to each version it publishes); anything else as it is."""
-    base, _, qtype = str(name_or_path).partition(":")
-    return base if qtype and base.lower() in REGISTRY and not Path(name_or_path).expanduser().is_file() \
-        else str(name_or_path)
+    return (base, qtype) if qtype and base in REGISTRY and not Path(name_or_path).expanduser().is_file() else ("", "")
 
 
 def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
@@ -339,9 +327,8 @@ def _stamp(derived: Path) -> Path:
 
 
 def derived_source(derived: Path) -> str | None:
-    """The sha256 of the pinned file a derived copy was made from (None: unknown).  A derived name says only
-    which model and quantization, so a new release of a model (the bundled drafter's, say) would otherwise keep
-    serving the copy made from the old one."""
+    """The sha256 of the pinned file a derived copy was made from (None: unknown): a derived name alone would
+    keep serving the copy made from an older release of the model."""
     try:
         return _stamp(derived).read_text().strip() or None
     except OSError:
@@ -351,8 +338,8 @@ def derived_source(derived: Path) -> str | None:
 def resolve(name_or_path: str | os.PathLike, fetch: bool = True) -> Path:
     """A short name, ``NAME:QTYPE`` (a requantized copy) or a local .gguf path -> an existing local file."""
     p = Path(name_or_path).expanduser()
-    base, _, qtype = str(name_or_path).lower().partition(":")
-    if qtype and base in REGISTRY and not p.is_file():
+    base, qtype = named_format(name_or_path)
+    if base:
         out = resolve_derived(base, qtype, fetch)
         if out.is_file() and derived_source(out) == get_spec(base).sha256:
             loadcheck.mark_trusted(out)  # made by llama.cpp from a pinned file: llama.cpp loads it

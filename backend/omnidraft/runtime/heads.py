@@ -19,11 +19,18 @@ import numpy as np
 
 from gguf_tools import frhead, quantize
 from gguf_tools.inspect import field_value, read
+from omnidraft.assets import models
 from omnidraft.errors import from_gguf_tools
 
 log = logging.getLogger(__name__)
 
 KEEP = 2  # copies kept: the one serving and the one before it (a rollback is a swap too)
+
+
+def served_quant(draft: str) -> str:
+    """The quantization a drafter named ``NAME:FORMAT`` is served in; '' where it keeps its own."""
+    base, qtype = models.named_format(draft)
+    return models.split_format(base, qtype)[0] if base else ""
 
 
 def served_copy(path: Path, quant: str, head_ids: np.ndarray | None, out_dir: Path) -> Path:

@@ -35,7 +35,7 @@ class LoadedPair:
         self.draft: Engine | None = None
         self.pair: PairContext | None = None
         self.draft_threads: int | None = None  # the tuned drafter thread count, once known (kept across swaps)
-        self.served_quant = models.served_format(settings.draft)[0]  # '' where the drafter keeps its own
+        self.served_quant = heads.served_quant(settings.draft)  # '' where the drafter keeps its own
 
     def load_drafter(self, name_or_path: str) -> None:
         """Load (or swap in) a drafter; the n-gram cache is kept: it is keyed by vocabulary pair.  A drafter
