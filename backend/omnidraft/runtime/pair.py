@@ -7,7 +7,7 @@ import logging
 from typing import Callable, Protocol
 
 from omnidraft.assets import models
-from omnidraft.llama import invariance
+from omnidraft.llama import invariance, loadcheck
 from omnidraft.llama.engine import Engine, EngineConfig
 from omnidraft.online.registry import VersionCorrupt
 from omnidraft.speculative.methods import PairContext
@@ -42,8 +42,11 @@ class LoadedPair:
         swapped in is served in the session's format: requantized as it was named, with the serving drafter's
         frequency-ranked head (runtime.heads)."""
         if self.draft is not None:
-            name_or_path = str(heads.served_copy(models.resolve(name_or_path), self.served_quant,
-                                                 self.draft.head_ids, self.state.root / "drafters"))
+            src = models.resolve(name_or_path)
+            # requantizing reads the file in this process: a file that aborts llama.cpp must be refused first
+            loadcheck.ensure_loadable(src, self._draft_config())
+            name_or_path = str(heads.served_copy(src, self.served_quant, self.draft.head_ids,
+                                                 self.state.root / "drafters"))
         pair = self.open_pair(name_or_path)
         old = self.draft
         self.draft, self.pair = pair.draft, pair
@@ -55,9 +58,7 @@ class LoadedPair:
         the one in use for the same vocabulary pair, else the state dir's; ``persistent=False``: a new,
         empty one kept in memory (a second pair beside the session's, e.g. a benchmark's)."""
         s = self.settings
-        draft = Engine(models.resolve(name_or_path),
-                       EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.draft_threads or s.threads, batch_invariant=False,
-                                    n_gpu_layers=s.gpu_layers))
+        draft = Engine(models.resolve(name_or_path), self._draft_config())
         if persistent and self.draft_threads:  # a swapped-in version of the drafter: same shape, same count
             draft.set_threads(self.draft_threads)
         bridge = build_bridge(draft, self.target)
@@ -69,6 +70,11 @@ class LoadedPair:
             cache = NGramCache.open(self.state.ngram_path(bridge), bridge.draft_fp, bridge.target_fp,
                                     s.ngram_budget_kb * 1024, s.ngram_policy)
         return PairContext(draft, self.target, bridge, cache)
+
+    def _draft_config(self) -> EngineConfig:
+        s = self.settings
+        return EngineConfig(n_ctx=s.draft_n_ctx, n_threads=s.draft_threads or s.threads, batch_invariant=False,
+                            n_gpu_layers=s.gpu_layers)
 
     def set_draft_threads(self, n: int) -> None:
         """The drafter's tuned thread count, for this drafter and those swapped in later."""
