@@ -313,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.child:
         from . import log as llama_log  # noqa: F401 - keeps llama.cpp's log lines off stderr
+        from .loadcheck import CHILD_ENV
 
+        # this process is the crash isolation (the parent reports how it ended): no load check in a further
+        # child, whose refusal would also hide a SIGILL the parent names, and no verdicts kept for a temp file
+        os.environ[CHILD_ENV] = "1"
         Path(args.out).write_text(json.dumps(run_modes(Path(args.child), args.threads, args.gpu_layers)))
         return 0
     res = probe(args.threads, n_gpu_layers=args.gpu_layers)
