@@ -9,8 +9,10 @@ scalar dequantizers (ggml-quants.c), so that the kernel can be checked without l
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -39,16 +41,52 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def build(tier: str, out_dir: Path, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """sbk.cpp, sbkx8.cpp and sbq6x8.cpp as one shared library for one tier (g++ or c++ from PATH);
-    ``defines``: extra -D switches (e.g. ``SBKX8_YMM``), which also name the library."""
+_built: dict[tuple[str, tuple[str, ...]], ctypes.CDLL] = {}  # (tier, defines) -> library, this process
+_objects: dict[tuple[str, Path, tuple[str, ...]], Path] = {}  # (tier, source, defines it reads) -> object file
+
+
+def _cxx() -> str:
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         raise RuntimeError("no C++ compiler on PATH")
+    return cxx
+
+
+def _reads(src: Path, defines: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``defines`` whose names occur in ``src`` or in the headers beside it: the only ones that can change
+    its object file (-DSBKX8_YMM reaches sbkx8.cpp alone), so the other sources' objects are shared."""
+    text = src.read_text() + "".join(h.read_text() for h in sorted(PATCH.glob("*.h")))
+    return tuple(d for d in defines if d.split("=")[0] in text)
+
+
+def build_many(builds: list[tuple[str, tuple[str, ...]]], out_dir: Path) -> dict[tuple[str, tuple[str, ...]], ctypes.CDLL]:
+    """``build`` for several (tier, defines) at once: every source is compiled once per tier and the defines it
+    reads (the same -O3 flags as one whole-library command), the compiles spread over this machine's cores."""
+    todo = {}
+    for tier, defines in builds:
+        for src in SOURCES:
+            key = (tier, src, _reads(src, defines))
+            if key not in _objects:
+                todo[key] = out_dir / f"{src.stem}_{tier}{''.join('_' + d for d in key[2])}.o"
+
+    def compile_one(key) -> None:
+        tier, src, defines = key
+        subprocess.run([_cxx(), "-O3", "-std=c++17", "-fPIC", "-DSBK_STANDALONE", *TIERS[tier][0],
+                        *(f"-D{d}" for d in defines), "-c", str(src), "-o", str(todo[key])],
+                       check=True, capture_output=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        list(pool.map(compile_one, todo))  # list(): a failed compile raises here
+    _objects.update(todo)
+    return {(tier, defines): _link(tier, defines, out_dir) for tier, defines in builds}
+
+
+def _link(tier: str, defines: tuple[str, ...], out_dir: Path) -> ctypes.CDLL:
+    if (tier, defines) in _built:
+        return _built[tier, defines]
     lib = out_dir / f"sbk_{tier}{''.join('_' + d for d in defines)}.so"
-    subprocess.run([cxx, "-O3", "-std=c++17", "-shared", "-fPIC", "-DSBK_STANDALONE", *TIERS[tier][0],
-                    *(f"-D{d}" for d in defines),
-                    *map(str, SOURCES), "-o", str(lib)], check=True, capture_output=True)
+    objs = [_objects[tier, src, _reads(src, defines)] for src in SOURCES]
+    subprocess.run([_cxx(), "-shared", "-fPIC", *map(str, objs), "-o", str(lib)], check=True, capture_output=True)
     dll = ctypes.CDLL(str(lib))
     dll.sbk_gemm.restype = ctypes.c_int
     dll.sbk_gemm.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64,
@@ -59,7 +97,15 @@ def build(tier: str, out_dir: Path, defines: tuple[str, ...] = ()) -> ctypes.CDL
                                    ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
     dll.sbk_q6kx8_gemm.restype = ctypes.c_int
     dll.sbk_q6kx8_gemm.argtypes = dll.sbk_q4kx8_gemm.argtypes
+    _built[tier, defines] = dll
     return dll
+
+
+def build(tier: str, out_dir: Path, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """sbk.cpp, sbkx8.cpp and sbq6x8.cpp as one shared library for one tier (g++ or c++ from PATH);
+    ``defines``: extra -D switches (e.g. ``SBKX8_YMM``), which also name the library.  Built once per process
+    (``build_many`` builds several at once)."""
+    return build_many([(tier, defines)], out_dir)[tier, defines]
 
 
 def gemm(dll: ctypes.CDLL, wtype: int, k: int, w: np.ndarray, act: np.ndarray, n: int) -> np.ndarray:

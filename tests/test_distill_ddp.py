@@ -294,7 +294,7 @@ def test_device_pipeline_script_runs_end_to_end_on_cpu_ranks(tiny_llama, tmp_pat
     _tiny_texts(w / "texts.npz", 32000, n_texts=16, n_prompts=8)
     env = dict(os.environ, W=str(w), SITE=str(tmp_path / "site"), QWEN=str(tiny_llama), SMOL=str(tiny_llama),
                INIT=str(tiny_llama), DEV="cpu", NPROC="2", MICRO="256", TRAIN_MIN="0.2", SCALE_STEPS="1",
-               CHOICE="first1", POLL="1", PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+               CHOICE="first1", POLL="0.2", PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     script = str(ROOT / "scripts" / "device" / "distill_device.sh")
     subprocess.run(["bash", script, "bg", "dry", "pipeline"], cwd=ROOT, env=env, check=True, timeout=30)
     res = subprocess.run(["bash", script, "wait", "dry", "240", "[pipeline] all done"], cwd=ROOT, env=env,

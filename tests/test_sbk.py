@@ -33,12 +33,16 @@ MAX_ROWS = 8
 
 @pytest.fixture(scope="module")
 def tiers(tmp_path_factory) -> dict:
-    """Each tier this CPU can run, built once."""
+    """Each tier this CPU can run, built once; with AVX-512 VNNI also its 256-bit variants (-DSBKX8_YMM,
+    -DSBQ6X8_YMM) that two tests below compare it with, so that every compile runs in one parallel batch."""
     if not llama_build.is_x86():
         pytest.skip("the kernel is x86-only")
     flags = H.cpu_flags()
     out_dir = tmp_path_factory.mktemp("sbk")
-    built = {t: H.build(t, out_dir) for t, (_, needs, _) in H.TIERS.items() if needs <= flags}
+    runs = [t for t, (_, needs, _) in H.TIERS.items() if needs <= flags]
+    extra = [("avx512-vnni", ("SBKX8_YMM",)), ("avx512-vnni", ("SBQ6X8_YMM",))] if "avx512-vnni" in runs else []
+    libs = H.build_many([(t, ()) for t in runs] + extra, out_dir)  # later H.build calls of these get the same
+    built = {t: libs[t, ()] for t in runs}
     assert "avx2" in built or not CI, "CI on x86 runs at least the AVX2 tier"
     if not built:
         pytest.skip("this CPU has no AVX2")

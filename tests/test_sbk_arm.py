@@ -19,6 +19,7 @@ import shutil
 import signal
 import struct
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,12 @@ DOTPROD_CPUS = ("max", "cortex-a76")
 NO_DOTPROD_CPU = "cortex-a72"
 
 
+def parallel_map(fn, items) -> list:
+    """``[fn(x) for x in items]``, run on as many threads as this machine has cores (for compiler processes)."""
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        return list(pool.map(fn, items))
+
+
 def require_tools(*tools: str) -> None:
     """Skip where the cross toolchain or qemu is missing; fail in CI, which must run the emulated kernels."""
     missing = [tool for tool in tools if shutil.which(tool) is None]
@@ -55,11 +62,14 @@ def drivers(tmp_path_factory) -> dict[str, Path]:
     """The driver built with sbk.cpp for each entry of BUILDS, static (qemu needs no aarch64 sysroot)."""
     require_tools(CXX, QEMU)
     out = tmp_path_factory.mktemp("sbk_arm")
-    built = {}
-    for name, (march, _) in BUILDS.items():
+
+    def build(name: str):
         exe = out / f"sbk_driver_{name}"
-        proc = subprocess.run([CXX, "-O2", "-std=c++17", march, "-static", "-DSBK_STANDALONE", str(DRIVER),
-                               str(H.PATCH / "sbk.cpp"), "-o", str(exe)], capture_output=True, text=True)
+        return exe, subprocess.run([CXX, "-O2", "-std=c++17", BUILDS[name][0], "-static", "-DSBK_STANDALONE",
+                                    str(DRIVER), str(H.PATCH / "sbk.cpp"), "-o", str(exe)], capture_output=True, text=True)
+
+    built = {}
+    for name, (exe, proc) in zip(BUILDS, parallel_map(build, BUILDS)):  # the builds side by side, one per core
         assert proc.returncode == 0, f"cross build {name} failed:\n{proc.stderr}"
         built[name] = exe
     return built

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from tests import sbk_harness
-from tests.test_sbk_arm import assert_rows_identical, require_tools
+from tests.test_sbk_arm import assert_rows_identical, parallel_map, require_tools
 
 MAX_ROWS = 8
 CXX, CLANG, QEMU = "aarch64-linux-gnu-g++", "clang++", "qemu-aarch64"
@@ -58,12 +58,16 @@ def drivers(tmp_path_factory) -> dict[str, Path]:
     """The driver built with sbq4.cpp for each entry of BUILDS, static (qemu needs no aarch64 sysroot)."""
     require_tools(CXX, CLANG, QEMU)
     out = tmp_path_factory.mktemp("sbq4_arm")
-    built = {}
-    for name, (cxx, march, _) in BUILDS.items():
+
+    def build(name: str):
+        cxx, march, _ = BUILDS[name]
         exe = out / f"sbq4_driver_{name.replace(' ', '_')}"
         target = ["--target=aarch64-linux-gnu"] if cxx == CLANG else []
-        proc = subprocess.run([cxx, *target, "-O2", "-std=c++17", march, "-static", "-DSBQ4_STANDALONE", str(DRIVER),
-                               str(SOURCE), "-o", str(exe)], capture_output=True, text=True)
+        return exe, subprocess.run([cxx, *target, "-O2", "-std=c++17", march, "-static", "-DSBQ4_STANDALONE",
+                                    str(DRIVER), str(SOURCE), "-o", str(exe)], capture_output=True, text=True)
+
+    built = {}
+    for name, (exe, proc) in zip(BUILDS, parallel_map(build, BUILDS)):  # the builds side by side, one per core
         assert proc.returncode == 0, f"cross build {name} failed:\n{proc.stderr}"
         built[name] = exe
     return built

@@ -99,7 +99,7 @@ wait)
   pid=$(cat "$W/$2.pid")
   end=$(( SECONDS + $3 ))
   until ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge "$end" ] ||
-    { [ -n "${4:-}" ] && grep -qF -- "$4" "$W/$2.log"; }; do sleep "${POLL:-5}"; done  # POLL=1: the test's dry run
+    { [ -n "${4:-}" ] && grep -qF -- "$4" "$W/$2.log"; }; do sleep "${POLL:-5}"; done  # POLL=0.2: the test's dry run
   kill -0 "$pid" 2>/dev/null && echo "$2: still running" || echo "$2: finished"
   # a log silent for 2 minutes: every rank prints its stacks (faulthandler on SIGUSR1) before the tail
   if kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - $(stat -c %Y "$W/$2.log") )) -gt 120 ]; then

@@ -52,20 +52,32 @@ class TrainerProcess:
     does: records posted to it (Uploader), versions read from its registry on disk; ``/v1/status`` says
     when an update is done."""
 
-    def __init__(self, state_dir: Path, options: list[str], log_path: Path, start_s: float = 120.0):
-        self.state_dir = state_dir
+    def __init__(self, state_dir: Path, options: list[str], log_path: Path, start_s: float = 120.0,
+                 wait: bool = True):
+        """Start the trainer; ``wait=False`` returns at once (``wait_ready`` then waits for it to listen), so that
+        its start-up runs beside other work."""
+        self.state_dir, self.log_path = state_dir, log_path
         self._log = open(log_path, "w")
         self.proc = subprocess.Popen(trainer_cli("trainer", "serve", "--state-dir", str(state_dir), "--port", "0",
                                                  *options), stdout=self._log, stderr=subprocess.STDOUT,
                                      env=child_env())
+        self.start_s = start_s
         self.updates: dict[int, dict] = {}  # update number -> its metadata, as the trainer reported it
-        try:
-            self.url = self._wait_url(log_path, start_s)
-        except BaseException:
-            self.stop()
-            raise
-        self.token = httpguard.read_token(state_dir / httpguard.TOKEN_FILE)
-        self.registry = DrafterRegistry(state_dir / "registry")
+        self.url: str | None = None
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> "TrainerProcess":
+        """Block until the trainer listens (at most ``start_s`` from this call); its URL, token and registry."""
+        if self.url is None:
+            try:
+                self.url = self._wait_url(self.log_path, self.start_s)
+            except BaseException:
+                self.stop()
+                raise
+            self.token = httpguard.read_token(self.state_dir / httpguard.TOKEN_FILE)
+            self.registry = DrafterRegistry(self.state_dir / "registry")
+        return self
 
     def _wait_url(self, log_path: Path, start_s: float) -> str:
         end = time.monotonic() + start_s

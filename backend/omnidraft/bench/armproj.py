@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from omnidraft.llama import build
@@ -179,11 +181,11 @@ def classify(body: list[tuple[int, str, str]]) -> tuple[int, int, int]:
 
 def recount() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        objs: dict[tuple[str, str], dict] = {}
+        wanted = list(dict.fromkeys((source, ext) for source, ext, _, _ in KERNEL_SOURCES.values()))
+        with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:  # the compiles side by side
+            objs = dict(zip(wanted, pool.map(lambda se: _functions(_compile(*se, Path(tmp))), wanted)))
         out: dict = {}
         for name, (source, ext, pattern, weights) in KERNEL_SOURCES.items():
-            if (source, ext) not in objs:
-                objs[source, ext] = _functions(_compile(source, ext, Path(tmp)))
             funcs = objs[source, ext]
             rows = range(1, 9) if "{n}" in pattern else (1,)
             per_n = {}

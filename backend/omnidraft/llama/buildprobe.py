@@ -44,6 +44,7 @@ from gguf.quants import dequantize, quantize
 from . import log as llama_log  # noqa: F401 - routes llama.cpp's log lines (the child's) off stderr
 from .build import sbq4_active
 from .engine import Engine, EngineConfig, KernelMode
+from .loadcheck import CHILD_ENV
 
 # tiny Llama: 2 layers, GQA 4/2 heads; rows are multiples of 8 and columns of 32 so that Q4_0 repacks
 N_EMBD, N_HEAD, N_HEAD_KV, N_FF, N_LAYER = 256, 4, 2, 512, 2
@@ -309,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
+        # this process is the crash isolation (the parent reports how it ended): no load check in a further
+        # child, whose refusal would also hide a SIGILL the parent names, and no verdicts kept for a temp file
+        os.environ[CHILD_ENV] = "1"
         Path(args.out).write_text(json.dumps(run_modes(Path(args.child), args.threads, args.gpu_layers)))
         return 0
     res = probe(args.threads, n_gpu_layers=args.gpu_layers)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import build as llama_build
+from . import build as llama_build, loadcheck
 from .costmodel import sample_passes
 from .engine import AUTO, Engine, EngineConfig, KernelMode
 
@@ -207,6 +207,8 @@ def load_target(path: Path, n_ctx: int, threads: int, kernels: str, cache: Path,
     modes = list(KernelMode) if kernels == AUTO else [KernelMode(kernels)]
     fids = {m: lookup(path, cfg[m], m, cache) for m in modes}
     engines: dict[KernelMode, Engine] = {}
+    # the modes about to be measured, load-checked in one child process rather than one each (llama.loadcheck)
+    loadcheck.check_together(path, [cfg[m] for m in modes if fids[m] is None])
     try:
         for m in modes:
             if fids[m] is None:

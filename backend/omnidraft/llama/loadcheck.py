@@ -67,12 +67,46 @@ def ensure_loadable(path: str | os.PathLike, config) -> None:
         raise InvalidModelFile(f"{path}: refused, llama.cpp cannot use this model ({verdict['why']})")
 
 
+def check_together(path: str | os.PathLike, configs) -> None:
+    """Check ``path`` under several settings (EngineConfigs) in one child, in the order given, as a process that
+    loads the file under each in turn (``invariance.load_target``: the target in both kernel modes) would: one
+    interpreter start instead of one per setting.  Settings with a verdict already are left out.  Only where
+    every load passes are the verdicts kept; else none is, and ``ensure_loadable`` checks each setting alone
+    when it comes to it, so a refusal names its own reason and each verdict is what a child of its own says."""
+    if os.environ.get(CHILD_ENV) == "1":
+        return
+    path = Path(path)
+    if _trusted(path):
+        return
+    with _lock:
+        todo: dict[str, object] = {}
+        for config in configs:
+            try:
+                key = _key(path, config)
+            except OSError:  # no such file: the engine's own load says so
+                return
+            if key not in todo and not (_memo.get(key) or statefile.read(verdicts_path(), key)):
+                todo[key] = config
+        if len(todo) < 2:  # one: its own check, as ever
+            return
+        verdict = check_in_child(path, list(todo.values()))
+        if verdict["ok"]:
+            for key in todo:
+                statefile.write(verdicts_path(), key, verdict)
+                _memo[key] = verdict
+
+
 def check_in_child(path: Path, config) -> dict:
-    """Load ``path`` in a child process: {"ok": True} or {"ok": False, "why": one line[, "final": False]}."""
-    cfg = {k: getattr(config, k) for k in _CONFIG_KEYS}
-    cfg["n_threads"] = cfg["n_threads_batch"] = min(2, os.cpu_count() or 1)
+    """Load ``path`` in a child process: {"ok": True} or {"ok": False, "why": one line[, "final": False]}.
+    ``config``: an EngineConfig, or a list of them loaded in turn (ok when every one is)."""
+    cfgs = []
+    for c in config if isinstance(config, list) else [config]:
+        cfg = {k: getattr(c, k) for k in _CONFIG_KEYS}
+        cfg["n_threads"] = cfg["n_threads_batch"] = min(2, os.cpu_count() or 1)
+        cfgs.append(cfg)
     env = dict(os.environ, **{CHILD_ENV: "1"})
-    cmd = [sys.executable, "-m", "omnidraft.llama.loadcheck_child", str(path), json.dumps(cfg)]
+    cmd = [sys.executable, "-m", "omnidraft.llama.loadcheck_child", str(path),
+           json.dumps(cfgs if isinstance(config, list) else cfgs[0])]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:

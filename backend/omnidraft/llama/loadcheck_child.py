@@ -1,6 +1,7 @@
 """The child process of ``loadcheck``: load a model file as the engine would, check its context length and
 decode a few tokens; print ``refused: why`` for a file it can name the fault of.  A file that aborts llama.cpp
-kills this process, not the caller's.  Run as ``python -m omnidraft.llama.loadcheck_child PATH CONFIG_JSON``."""
+kills this process, not the caller's.  Run as ``python -m omnidraft.llama.loadcheck_child PATH CONFIG_JSON`` (one
+config, or a list of them: ``loadcheck.check_together``)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,24 @@ from .loadcheck import MIN_CONTEXT, PROBE_TOKENS
 
 
 def main(path: str, cfg_json: str) -> int:
-    """Load like the engine, check its context length, decode PROBE_TOKENS; print 'refused: why' or nothing."""
-    cfg = EngineConfig(**json.loads(cfg_json))
+    """Load like the engine, check its context length, decode PROBE_TOKENS; print 'refused: why' or nothing.
+    ``cfg_json``: one EngineConfig's fields, or a list of them, checked in turn (the first refusal ends it)."""
+    cfgs = json.loads(cfg_json)
+    for cfg in cfgs if isinstance(cfgs, list) else [cfgs]:
+        rc = check(path, EngineConfig(**cfg))
+        if rc:
+            return rc
+    return 0
+
+
+def check(path: str, cfg: EngineConfig) -> int:
     try:
         eng = Engine(path, cfg)
     except Exception as e:  # noqa: BLE001 - any refusal becomes the verdict's line
         print(f"refused: {e}", flush=True)
         return 3
     if cfg.vocab_only:
+        eng.close()
         return 0
     n_batch, n_train = llama_cpp.llama_n_batch(eng._ctx), llama_cpp.llama_model_n_ctx_train(eng._model)
     if 0 < n_train < min(cfg.n_ctx, MIN_CONTEXT):
