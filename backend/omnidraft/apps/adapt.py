@@ -253,21 +253,15 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
     trainer = None
     try:
         replay_path = _replay_file(r, out)
-<<<<<<< HEAD
-        _before(r, out)
-        trainer = TrainerProcess(out / "trainer", cfg.trainer_options(_trainer_base(settings), threads, replay_path),
-                                 out / "trainer.log")
-=======
         _baseline(r)
         # the trainer starts (its imports, the drafter's vocabulary, the replay records) while the control is
         # exported in a process of its own, and is ready before anything more is measured
-        trainer = TrainerProcess(out / "trainer", cfg.trainer_options(settings.draft, threads, replay_path),
+        trainer = TrainerProcess(out / "trainer", cfg.trainer_options(_trainer_base(settings), threads, replay_path),
                                  out / "trainer.log", wait=False)
-        control = export_control(settings.draft, cfg.qtype, out, r.threads) if cfg.control else None
+        control = export_control(_trainer_base(settings), cfg.qtype, out, r.threads) if cfg.control else None
         trainer.wait_ready()
         if control is not None:
             _control(r, *control)
->>>>>>> suite-time
         _stream(r, trainer, out)
         for name, prompts in old.items():
             r.old.setdefault(name, {})["after"] = r.measure(prompts, "old", name, len(stream), f"{name} after")
@@ -290,21 +284,14 @@ def _replay_file(r: Run, out: Path) -> Path | None:
     return path
 
 
-<<<<<<< HEAD
 def _trainer_base(settings) -> str:
     """What the trainer adapts: the pinned drafter a served ``NAME:FORMAT`` is made from, never its cut head."""
     return models.named_format(settings.draft)[0] or settings.draft
 
 
-def _before(r: Run, out: Path) -> None:
-    """The base drafter on the new domain's held-out prompts (the curve's first point) and the old domains'; the
-    control on the new domain's."""
-    cfg, s, settings = r.cfg, r.session, r.settings
-=======
 def _baseline(r: Run) -> None:
     """The base drafter on the new domain's held-out prompts (the curve's first point) and the old domains'."""
     cfg = r.cfg
->>>>>>> suite-time
     new = cfg.new_domain()
     if cfg.baseline:
         r.curve.append(r.measure(r.items.heldout, "curve", new, 0))
@@ -312,17 +299,6 @@ def _baseline(r: Run) -> None:
             r.drift_curve.append(r.measure(r.items.drift, "drift", cfg.drift_set, 0, f"{cfg.drift_set} (drift)"))
         for name, prompts in r.items.old.items():
             r.old[name] = {"before": r.measure(prompts, "old", name, 0, f"{name} before")}
-<<<<<<< HEAD
-    if cfg.control:
-        path, meta = export_control(_trainer_base(settings), cfg.qtype, out, r.threads)
-        s.load_drafter(str(path))
-        r.control = {**r.measure(r.items.heldout, "control", new, 0, "control"), **meta,
-                     "version": f"control ({meta['qtype']}, untrained)"}
-        if r.items.drift:
-            r.drift_control = {**r.measure(r.items.drift, "control", cfg.drift_set, 0, f"{cfg.drift_set} control"),
-                               **meta, "version": f"control ({meta['qtype']}, untrained)"}
-        s.load_drafter(settings.draft)
-=======
 
 
 def _control(r: Run, path: Path, meta: dict) -> None:
@@ -336,7 +312,6 @@ def _control(r: Run, path: Path, meta: dict) -> None:
         r.drift_control = {**r.measure(r.items.drift, "control", cfg.drift_set, 0, f"{cfg.drift_set} control"),
                            **meta, "version": f"control ({meta['qtype']}, untrained)"}
     s.load_drafter(settings.draft)
->>>>>>> suite-time
 
 
 def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
