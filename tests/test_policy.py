@@ -93,6 +93,36 @@ def test_cost_policy_stops_drafting_when_speculation_cannot_pay():
     assert sum(k == 0 for k in ks) == pol.guard.stats.alone_steps == pol.guard.cfg.run
 
 
+def test_cost_policy_prices_the_drafters_catching_up_after_a_pause():
+    """Where drafting one token barely pays (the AVX2 code path on chat: T(2) = 1.32 decodes, 45 % of first
+    drafted tokens kept), a step that must first read 20 tokens written meanwhile does not pay: the policy runs
+    the target alone until it probes, instead of drafting one step in a few at a loss."""
+    from omnidraft.speculative.step import CATCHUP_MIN
+
+    pol = DraftPolicy(PolicyConfig(name="cost", k=4))
+    pol.guard = RateGuard(GuardConfig(first=10 ** 9))  # no runs of the target alone: only the model decides
+    t_pass = {1: 0.0339, 2: 0.0447, 3: 0.0595, 4: 0.0758, 5: 0.0876, 6: 0.1031}
+    pol.seed_costs(t_pass, 0.0019)
+    pol.acc = [0.45, 0.2, 0.1, 0.05, 0.05, 0.05]
+    assert pol.choose_k(10) == 1  # caught up: one drafted token is predicted to gain ~5 %
+    for _ in range(CATCHUP_MIN):  # a short pause is read inside the first drafting pass: no separate price
+        pol.observe(StepOutcome(0, 0, verify_s=t_pass[1]))
+    assert pol.catchup_cost() == 0.0 and pol.choose_k(10) == 1
+    for _ in range(12):
+        pol.observe(StepOutcome(0, 0, verify_s=t_pass[1]))
+    assert pol.lag == 20 and pol.catchup_cost() > 0
+    assert pol.choose_k(10) == 0  # reading 20 tokens first costs more than the draft saves
+    # a drafting step reads them (timed apart): the lag is gone and the price per token is now measured
+    pol.observe(StepOutcome(1, 1, drafted=1, verify_s=t_pass[2], draft_s=0.0019, catchup_s=20 * 0.0004))
+    assert pol.lag == 0 and pol.t_catchup == pytest.approx(0.0004)
+    assert pol.choose_k(10) == 1
+    for _ in range(20):
+        pol.observe(StepOutcome(0, 0, verify_s=t_pass[1]))
+    assert pol.catchup_cost() == pytest.approx(20 * 0.0004)
+    pol.begin_request()  # a new request: the drafter reads the prompt as it begins, nothing is owed
+    assert pol.lag == 0
+
+
 def test_gamma_policy_stops_when_cumulative_rejection_risk_exceeds_gamma():
     pol = DraftPolicy(PolicyConfig(name="gamma", k=8, gamma=0.5))
     pol.choose_k(8)
@@ -405,8 +435,8 @@ def test_the_drafters_catching_up_after_a_pause_is_priced_apart(default_session,
     """Text the target wrote while the policy ran it alone is read by the drafter in a pass of its own, timed as
     catching up: the drafting passes stay the 1..4-token ones the cost model prices, and the guard is handed the
     step's time without it.  Before, one probe after a pause priced a drafted token at the whole catch-up."""
-    from omnidraft.speculative.drafters import CATCHUP_MIN
     from omnidraft.speculative.generator import GenerationParams
+    from omnidraft.speculative.step import CATCHUP_MIN
 
     s = default_session
     pol = DraftPolicy(PolicyConfig(name="fixed", k=2))
@@ -431,4 +461,6 @@ def test_the_drafters_catching_up_after_a_pause_is_priced_apart(default_session,
     assert all(r.catchup_s == 0.0 for r in final.steps if not r.drafted)
     assert max(gen.drafter.counters.pass_hist) <= CATCHUP_MIN  # no drafting pass ingested the pause
     assert gen.drafter.counters.catchup_s == pytest.approx(sum(r.catchup_s for r in drafting))
+    # the policy learnt what catching up costs per token written meanwhile (it prices the next pause with it)
+    assert pol.n_catchup == len(drafting) - 1 and pol.t_catchup > 0
     assert final.token_ids == target_reference(s.target, prompt, params)

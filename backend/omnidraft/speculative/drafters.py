@@ -22,11 +22,7 @@ from omnidraft.vocab.translator import LOOKUP, Candidates, Proposal, Translator
 
 from .rules import StopRule
 from .predictor import DraftFeatures
-from .step import Draft, Verdict
-
-# A drafting step leaves the drafter a few tokens behind (the accepted ones, the target's next); more than this
-# is text the target wrote while the policy ran it alone, read in a pass of its own before drafting
-CATCHUP_MIN = 8
+from .step import CATCHUP_MIN, Draft, Verdict
 
 
 @dataclass

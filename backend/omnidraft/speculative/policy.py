@@ -14,8 +14,9 @@ from .guard import RateGuard
 from .predictor import AcceptancePredictor
 from .rules import (ACC_PRIOR, POLICIES, RULES, Outlook, PolicyConfig, Rule, StepCosts,  # noqa: F401 (re-exported)
                     StopRule)
-from .step import StepOutcome  # noqa: F401 (re-exported: what the policy observes)
+from .step import CATCHUP_MIN, StepOutcome  # StepOutcome re-exported: what the policy observes
 
+CATCHUP_PRIOR = 0.25  # a caught-up token's seconds as a share of a one-token drafter pass, until one is timed
 LONG_RUN = 200  # candidates per position the long-run acceptance averages over (stretches of text: ~12 steps)
 PRIOR_RUN = 20  # the prior's weight in it, in candidates: a first trial of six steps does not decide it alone
 
@@ -37,6 +38,10 @@ class DraftPolicy:
         self._seeded_ratio: dict[int, float] = {}
         self.t_draft = 0.0  # EMA seconds per drafter token
         self.n_draft = 0
+        # target tokens written since the drafter last drafted (it reads them before its next draft), and the
+        # EMA seconds that reading takes per token once timed (else CATCHUP_PRIOR of a drafter pass)
+        self.lag = 0
+        self.t_catchup, self.n_catchup = 0.0, 0
         self.acc = [ACC_PRIOR] * n  # EMA P(candidate i accepted | i-1 accepted), optimistic start
         # the same over the long run, for the guard's tokens of a drafting step: a mean of the last ~LONG_RUN
         # candidates at a position, starting as if PRIOR_RUN of them had been kept at ACC_PRIOR
@@ -56,6 +61,7 @@ class DraftPolicy:
         ran 0.96x the target alone on 12 man pages in rotating languages, where fixed k = 4 ran 1.18x."""
         self.acc = [0.5 * a + 0.5 * ACC_PRIOR for a in self.acc]
         self._gap, self._last_probe = self.cfg.probe_every, self.steps
+        self.lag = 0  # the drafter reads the prompt in its begin()
 
     # ------------------------------------------------------------- decisions
     def cap(self, limit: int) -> int:
@@ -114,8 +120,21 @@ class DraftPolicy:
         return tokens / cost if cost > 0 else 0.0
 
     def _expected_tokens_cost(self, k: int) -> tuple[float, float]:
-        """(expected target tokens, seconds) of a step drafting k tokens."""
-        return expected_tokens(self.acc, k), self.t_verify[k + 1] + k * self.t_draft
+        """(expected target tokens, seconds) of a step drafting k tokens, the drafter's catching up included."""
+        catchup = self.catchup_cost() if k > 0 else 0.0
+        return expected_tokens(self.acc, k), self.t_verify[k + 1] + k * self.t_draft + catchup
+
+    def catchup_cost(self) -> float:
+        """Seconds the drafter would spend reading what the target wrote while it sat idle, before drafting.
+
+        A cost of drafting now: where drafting barely pays, the policy drafts one step in a few and each such
+        step first reads the tokens written since (on the AVX2 code path: chat at 0.96x the target alone, the
+        model having predicted 1.01x from pass times alone; results/issue41/e2e-peer-avx2build).  Short lags
+        are read inside the first drafting pass, which ``t_draft`` already prices."""
+        if self.lag <= CATCHUP_MIN:
+            return 0.0
+        per_token = self.t_catchup if self.n_catchup else CATCHUP_PRIOR * self.t_draft
+        return self.lag * per_token
 
     def ceiling(self, k_max: int) -> float:
         """Best speedup over the target alone at 100 % acceptance, from the measured timings."""
@@ -148,6 +167,10 @@ class DraftPolicy:
             if n == 1:
                 for m, r in self._seeded_ratio.items():
                     self.t_verify[m] = r * self.t_verify[1]
+        if step.catchup_s > 0 and self.lag > 0:
+            self.t_catchup = _ema(self.t_catchup, step.catchup_s / self.lag, self.n_catchup)
+            self.n_catchup += 1
+        self.lag = 0 if step.drafted or step.catchup_s else self.lag + step.accepted + 1
         if step.drafted:
             self.t_draft = _ema(self.t_draft, step.draft_s / step.drafted, self.n_draft)
             self.n_draft += 1

@@ -18,6 +18,9 @@ from omnidraft.vocab.translator import NGRAM, Candidates
 from .predictor import DraftFeatures
 
 ROOT = -1  # the parent of a first candidate: the last token the target already holds
+# A drafting step leaves the drafter a few tokens behind (the accepted ones, the target's next); more than this
+# is text the target wrote while the policy ran it alone, read in a pass of its own before drafting (Draft.catchup_s)
+CATCHUP_MIN = 8
 
 
 @dataclass(frozen=True)
@@ -103,11 +106,13 @@ class StepOutcome:
     draft_s: float = 0.0
     judged: tuple[DraftFeatures, ...] = ()  # features of the drafted tokens the target judged
     judged_accepted: int = 0  # how many of those it accepted
+    catchup_s: float = 0.0  # the drafter reading text written while it sat idle (Draft.catchup_s)
 
     @classmethod
     def of(cls, draft: Draft, verdict: Verdict, verify_s: float) -> StepOutcome:
         judged, judged_acc = draft.judged(verdict.accepted)
-        return cls(len(draft), verdict.accepted, draft.drafted, verify_s, draft.draft_s, judged, judged_acc)
+        return cls(len(draft), verdict.accepted, draft.drafted, verify_s, draft.draft_s, judged, judged_acc,
+                   draft.catchup_s)
 
 
 class PhaseClock:
