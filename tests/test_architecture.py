@@ -4,7 +4,7 @@ Each folder of ``backend/omnidraft`` is one package of one layer (docs/ARCHITECT
 listed bottom-up; the package's own top-level modules (errors, seq, cliutil, httpguard) are the base.  A module
 imports its own folder and the folders of lower layers, nothing else: packages of one layer are peers that never
 import each other (serving and training meet only through ``online``; bench and distill both read the prompt sets
-in ``assets``, and ``PEER_EDGES`` names the one crossing left).  Every import, at module level or inside a
+in ``assets``).  Every import, at module level or inside a
 function, counts.
 """
 
@@ -28,10 +28,6 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 RANK = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
 
-# The one edge between peers, named: measuring a distilled drafter (``python -m omnidraft.distill.evaluate``)
-# is a run of the benchmark runner's configurations.  Nothing else of distill imports bench, and bench never
-# imports distill.
-PEER_EDGES = {("distill.evaluate", "bench.runner")}
 
 
 def _module_name(path: Path) -> str:
@@ -78,7 +74,7 @@ def _violations(g, sources, forbidden) -> list[str]:
 
 def _allowed(src: str, dst: str) -> bool:
     a, b = _folder(src), _folder(dst)
-    return a == b or RANK[b] < RANK[a] or (src, dst) in PEER_EDGES
+    return a == b or RANK[b] < RANK[a]
 
 
 def test_every_folder_has_a_layer():
@@ -93,13 +89,12 @@ def test_each_module_imports_only_its_folder_and_lower_layers():
 
 
 def test_distill_and_bench_are_peers_that_never_import_each_other():
-    """Both read the prompt sets from ``assets``; the only crossing is the named ``PEER_EDGES`` one."""
+    """Both read the prompt sets from ``assets``; measuring a distilled drafter through the benchmark runner is a
+    command (``apps.evaluate``), above both."""
     assert RANK["bench"] == RANK["distill"]
     g = graph()
-    crossing = lambda s, d: {_folder(s), _folder(d)} == {"bench", "distill"} and (s, d) not in PEER_EDGES
-    bad = _violations(g, g, crossing)
+    bad = _violations(g, g, lambda s, d: {_folder(s), _folder(d)} == {"bench", "distill"})
     assert not bad, bad
-    assert all(d in g[s] for s, d in PEER_EDGES), "a named peer edge is gone: drop it from PEER_EDGES"
 
 
 def test_the_prompt_sets_are_assets():

@@ -12,7 +12,7 @@ from omnidraft.assets import corpora, models
 from omnidraft.assets import lang_sets, prompts, snapshot
 from omnidraft.assets.chat_fresh import MESSAGES
 from omnidraft.assets.stubs import STUBS
-from omnidraft.distill.evaluate import summary_markdown, tau_at, write_summary
+from omnidraft.apps.evaluate import summary_markdown, tau_at, write_summary
 
 HELDOUT_AT_LEAST = {"stubs": 16, "code-other": 15, "nl": 16, "chat-fresh": 16, **dict.fromkeys(lang_sets.SETS, 32)}
 
@@ -134,7 +134,7 @@ def test_glyph_escapes_decode_and_unknown_ones_stay():
 
 @pytest.mark.parametrize("name", ["stubs", lang_sets.SETS[0]])
 def test_distill_evaluate_measures_language_sets_as_well_as_the_built_in_ones(name):
-    from omnidraft.distill.evaluate import items_for
+    from omnidraft.apps.evaluate import items_for
 
     want = _load(name).split("heldout")[:3]
     assert len(want) == 3

@@ -1,4 +1,4 @@
-"""Held-out measurement of distilled drafters: T_draft here, acceptance and tokens per target pass at
+"""Held-out measurement of drafters (the distilled ones above all): T_draft here, acceptance and tokens per target pass at
 k = 1..6, and wall-clock speed against the target alone, through the bench runner (fixed policy).
 
 Acceptance at k < K comes from the fixed-K run's steps: a step that accepted a of its drafts would have
@@ -8,8 +8,8 @@ accepted min(a, k) of k greedy drafts (the drafter's first k tokens are the same
 
 an estimate over the positions the K run visited (steps that proposed fewer than k count as proposed).
 
-    python -m omnidraft.distill.evaluate --drafts smollm2-135m,models/x.gguf --n 4 --configs 6
-    python -m omnidraft.distill.evaluate --drafts models/x.gguf --configs target,3,cost   (speed)
+    python -m omnidraft.apps.evaluate --drafts smollm2-135m,models/x.gguf --n 4 --configs 6
+    python -m omnidraft.apps.evaluate --drafts models/x.gguf --configs target,3,cost   (speed)
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from tqdm import tqdm
 
 from omnidraft.assets import models
 from omnidraft.assets.snapshot import load_set
-# the one edge from distill to bench (tests/test_architecture.py names it): measuring a drafter is a run of the
-# benchmark runner's configurations
 from omnidraft.bench.runner import BenchContext, Config
 from omnidraft.llama.costmodel import time_passes
 from omnidraft.llama.engine import Engine, EngineConfig
@@ -35,7 +33,7 @@ from omnidraft.runtime.session import Session, Settings
 from omnidraft.speculative.generator import GenerationParams
 from omnidraft.speculative.stats import GenerationStats
 
-from .data import chat_items
+from omnidraft.distill.data import chat_items
 
 log = logging.getLogger(__name__)
 
