@@ -111,6 +111,7 @@ class Swaps:
     def __init__(self, load: Callable[[str], None], registry: Registry | None = None):
         self.load, self.registry = load, registry
         self.version = "base"  # "base" = the drafter named in the settings
+        self._serving = "base"  # the same, keyed by its registry (``_key``): names restart in every registry
         self._bad: set[str] = set()  # "<registry root>:<version>": a version is bad in its registry
 
     def maybe_swap(self, before: Callable[[], None] = lambda: None) -> bool:
@@ -123,7 +124,7 @@ class Swaps:
         except VersionCorrupt as e:
             self._refuse(e.version, e)
             return False
-        if cur is None or cur[0] == self.version:
+        if cur is None or self._key(cur[0]) == self._serving:
             self._tell(None)  # a refused version rolled back: no longer a problem
             return False
         version, path = cur
@@ -137,7 +138,7 @@ class Swaps:
             return False
         self._tell(None)
         log.info("drafter swapped: %s -> %s", self.version, version)
-        self.version = version
+        self.version, self._serving = version, self._key(version)
         return True
 
     def forget_refusals(self) -> None:

@@ -107,6 +107,11 @@ class WatchedRegistry:
         self.metrics = metrics  # where problems show (/v1/omnidraft/stats "problems"); None: only logged
         self._logged: set[str] = set()
 
+    @property
+    def root(self):
+        """The registry's folder: version names restart in every registry, so the session keys them by it."""
+        return getattr(self.registry, "root", "")
+
     def current(self):
         try:
             cur = self.registry.current()
