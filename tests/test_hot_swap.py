@@ -71,3 +71,24 @@ def test_publish_during_a_generation_loop_fails_no_request(default_session, tmp_
         assert gen.generate(gen.prompt_from_text("x = 1\n"), GenerationParams(max_tokens=4)).token_ids
     finally:
         session.registry = None
+
+
+def test_a_version_of_another_registry_is_swapped_in_though_its_name_is_the_one_served(tmp_path):
+    """Version names restart in every registry: serving v0001 of one, the v0001 of another is a new drafter."""
+    from omnidraft.runtime.pair import Swaps
+    from omnidraft.server.cli import WatchedRegistry
+
+    class Fixed:  # a registry whose current version is always v0001, at its own root
+        def __init__(self, root):
+            self.root = root
+
+        def current(self):
+            return "v0001", self.root / "v0001.gguf"
+
+    loaded: list[str] = []
+    swaps = Swaps(loaded.append, Fixed(tmp_path / "a"))
+    assert swaps.maybe_swap() and swaps.version == "v0001"
+    assert not swaps.maybe_swap()  # the same registry's same version: nothing to do
+    swaps.registry = WatchedRegistry(Fixed(tmp_path / "b"))  # as the server installs one
+    assert swaps.maybe_swap() and swaps.version == "v0001"
+    assert loaded == [str(tmp_path / "a" / "v0001.gguf"), str(tmp_path / "b" / "v0001.gguf")]
