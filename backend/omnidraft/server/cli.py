@@ -110,7 +110,7 @@ class WatchedRegistry:
     @property
     def root(self):
         """The registry's folder: version names restart in every registry, so the session keys them by it."""
-        return getattr(self.registry, "root", "")
+        return self.registry.root
 
     def current(self):
         try:
