@@ -57,9 +57,9 @@ def ensure_loadable(path: str | os.PathLike, config) -> None:
         return
     key = _key(path, config)
     with _lock:  # one child at a time per process; the rest read its verdict
-        verdict = _memo.get(key) or statefile.read(verdicts_path(), key)
+        verdict = _known(key)
         if verdict is None:
-            verdict = check_in_child(path, config)
+            verdict = check_in_child(path, [config])
             if verdict.get("final", True):
                 statefile.write(verdicts_path(), key, verdict)
         _memo[key] = verdict
@@ -85,7 +85,7 @@ def check_together(path: str | os.PathLike, configs) -> None:
                 key = _key(path, config)
             except OSError:  # no such file: the engine's own load says so
                 return
-            if key not in todo and not (_memo.get(key) or statefile.read(verdicts_path(), key)):
+            if key not in todo and not _known(key):
                 todo[key] = config
         if len(todo) < 2:  # one: its own check, as ever
             return
@@ -96,17 +96,19 @@ def check_together(path: str | os.PathLike, configs) -> None:
                 _memo[key] = verdict
 
 
-def check_in_child(path: Path, config) -> dict:
-    """Load ``path`` in a child process: {"ok": True} or {"ok": False, "why": one line[, "final": False]}.
-    ``config``: an EngineConfig, or a list of them loaded in turn (ok when every one is)."""
-    cfgs = []
-    for c in config if isinstance(config, list) else [config]:
-        cfg = {k: getattr(c, k) for k in _CONFIG_KEYS}
-        cfg["n_threads"] = cfg["n_threads_batch"] = min(2, os.cpu_count() or 1)
-        cfgs.append(cfg)
+def _known(key: str) -> dict | None:
+    """The verdict kept for ``key`` (this process's, else the cache file's), or None."""
+    return _memo.get(key) or statefile.read(verdicts_path(), key)
+
+
+def check_in_child(path: Path, configs: list) -> dict:
+    """Load ``path`` in a child process under each EngineConfig of ``configs`` in turn: {"ok": True} when every
+    load passes, else {"ok": False, "why": one line[, "final": False]}."""
+    threads = min(2, os.cpu_count() or 1)
+    cfgs = [{**{k: getattr(c, k) for k in _CONFIG_KEYS}, "n_threads": threads, "n_threads_batch": threads}
+            for c in configs]
     env = dict(os.environ, **{CHILD_ENV: "1"})
-    cmd = [sys.executable, "-m", "omnidraft.llama.loadcheck_child", str(path),
-           json.dumps(cfgs if isinstance(config, list) else cfgs[0])]
+    cmd = [sys.executable, "-m", "omnidraft.llama.loadcheck_child", str(path), json.dumps(cfgs)]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:

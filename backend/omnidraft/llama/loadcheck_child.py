@@ -1,7 +1,7 @@
 """The child process of ``loadcheck``: load a model file as the engine would, check its context length and
 decode a few tokens; print ``refused: why`` for a file it can name the fault of.  A file that aborts llama.cpp
-kills this process, not the caller's.  Run as ``python -m omnidraft.llama.loadcheck_child PATH CONFIG_JSON`` (one
-config, or a list of them: ``loadcheck.check_together``)."""
+kills this process, not the caller's.  Run as ``python -m omnidraft.llama.loadcheck_child PATH CONFIGS_JSON`` (a
+list of EngineConfig fields, one per load: ``loadcheck.check_together`` checks a target's two modes at once)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ from .engine import Engine, EngineConfig
 from .loadcheck import MIN_CONTEXT, PROBE_TOKENS
 
 
-def main(path: str, cfg_json: str) -> int:
+def main(path: str, cfgs_json: str) -> int:
     """Load like the engine, check its context length, decode PROBE_TOKENS; print 'refused: why' or nothing.
-    ``cfg_json``: one EngineConfig's fields, or a list of them, checked in turn (the first refusal ends it)."""
-    cfgs = json.loads(cfg_json)
-    for cfg in cfgs if isinstance(cfgs, list) else [cfgs]:
+    ``cfgs_json``: a list of EngineConfig fields, checked in turn (the first refusal ends it)."""
+    for cfg in json.loads(cfgs_json):
         rc = check(path, EngineConfig(**cfg))
         if rc:
             return rc
