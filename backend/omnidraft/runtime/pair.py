@@ -20,8 +20,8 @@ from .state import StateDir
 
 # The drafter's llama.cpp batch (and ubatch): its passes are one to a few dozen tokens (drafts, catching up), and
 # only a prompt is longer.  llama.cpp sizes its compute buffers for a full ubatch: at 512 a 1,000-token prompt
-# left the served drafter 115 MB resident, at 64 83 MB (peak 165 -> 144 MB), and that prompt read in 702 ms
-# instead of 775 (2-core Zen 4, :q4_0_pure+fr, 2k context).
+# left the served drafter 115 MB resident, at 64 83 MB (peak 165 -> 145 MB), and that prompt read in 542 ms
+# instead of 603 (2-core Zen 4, :q4_0_pure+fr, 2k context; scripts/lab/drafter_batch.py).
 DRAFT_BATCH = 64
 
 log = logging.getLogger(__name__)

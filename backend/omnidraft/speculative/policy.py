@@ -128,9 +128,11 @@ class DraftPolicy:
         """Seconds the drafter would spend reading what the target wrote while it sat idle, before drafting.
 
         A cost of drafting now: where drafting barely pays, the policy drafts one step in a few and each such
-        step first reads the tokens written since (on the AVX2 code path: chat at 0.96x the target alone, the
-        model having predicted 1.01x from pass times alone; results/issue41/e2e-peer-avx2build).  Short lags
-        are read inside the first drafting pass, which ``t_draft`` already prices."""
+        step first reads the tokens written since.  Pricing it changed no measured speedup beyond the runs'
+        spread (results/issue41/ab-catchup-avx2, -avx512); it is priced because it is paid.  Short lags are read
+        inside the first drafting pass, which ``t_draft`` already prices.  ``lag`` counts target tokens and the
+        drafter's threshold (CATCHUP_MIN) its own: about as many, and the price per token is learnt in the
+        policy's unit."""
         if self.lag <= CATCHUP_MIN:
             return 0.0
         per_token = self.t_catchup if self.n_catchup else CATCHUP_PRIOR * self.t_draft
