@@ -73,14 +73,14 @@ constexpr int MAX_BLOCKS = 256;  // rows of up to 65,536 values
 #endif
 
 #define SBKX8_UNROLL _Pragma("GCC unroll 8")
-// Activation rows sharing each weight vector, and the largest batch whose row sums are inlined (see sums_for).
-// 16 ymm registers (AVX2): 2 rows, 4 inlined.  32 zmm: 4 rows, all 8 inlined.  One thread, a 4480 x 1536
-// slice of the 1.5B, 2-core Zen 4, us for 1 / 4 / 8 rows: ymm 123 / 321 / 565, zmm 115 / 228 / 436.
+// zmm: activation rows sharing each unpacked weight vector, and the largest batch whose row sums are inlined
+// (see sums_for).  32 zmm registers hold 4 rows' sums; one thread, a 4480 x 1536 slice of the 1.5B, 2-core
+// Zen 4, us for 1 / 4 / 8 rows: 115 / 228 / 436.  The ymm code takes one row at a time (see row_sums).
 #ifndef SBKX8_ROWS
-#define SBKX8_ROWS (SBKX8_ZMM ? 4 : 2)
+#define SBKX8_ROWS 4
 #endif
 #ifndef SBKX8_INLINE_ROWS
-#define SBKX8_INLINE_ROWS (SBKX8_ZMM ? 8 : 4)
+#define SBKX8_INLINE_ROWS 8
 #endif
 
 inline __m256i load(const void * p) { return _mm256_loadu_si256((const __m256i *) p); }
@@ -144,7 +144,7 @@ struct block8 {
     __m512i w[4][4][2];  // [p][c][lo, hi]: nibbles of rows 0-3 (low half) and 4-7 (high half)
     __m512i s[4];        // [p]: the ymm code's s[p][0] (low half) and s[p][1] (high half)
 #else
-    __m256i w[4][4][4];  // [p][c][loA, hiA, loB, hiB]: nibbles of rows 0-3 (A) and 4-7 (B)
+    const uint8_t * qs;  // the block's packed nibbles: the ymm code unpacks them per row (see row_sums)
     __m256i s[4][4];     // [p]: the scale vectors (per variant, see scale_vectors)
 #endif
     __m256i m[4];        // [t]: int16 pairs (min of sub-block 2t, 2t+1) of rows 0..7
@@ -228,18 +228,7 @@ inline void unpack_block(const uint8_t * x, block8 & b) {
         }
     }
 #else
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    SBKX8_UNROLL
-    for (int p = 0; p < 4; p++) {
-        SBKX8_UNROLL
-        for (int c = 0; c < 4; c++) {
-            const __m256i a = load(qs + 64 * (4 * p + c)), bb = load(qs + 64 * (4 * p + c) + 32);
-            b.w[p][c][0] = _mm256_and_si256(a, m4);
-            b.w[p][c][1] = _mm256_and_si256(_mm256_srli_epi16(a, 4), m4);
-            b.w[p][c][2] = _mm256_and_si256(bb, m4);
-            b.w[p][c][3] = _mm256_and_si256(_mm256_srli_epi16(bb, 4), m4);
-        }
-    }
+    b.qs = qs;
 #endif
 }
 
@@ -294,57 +283,55 @@ inline void row_sums(const block8 & b, const uint8_t * const * y, const int16_t 
     }
 }
 #else
-template <int R>
-inline void row_sums(const block8 & b, const uint8_t * const * y, const int16_t * const * bs, sums * r) {
-    SBKX8_UNROLL
-    for (int j = 0; j < R; j++) {
-        r[j] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-    }
+// One activation row.  The nibbles are taken from the block's bytes where they are used (3 ALU ops per 32
+// bytes, in L1 after the first row) instead of from an unpacked copy of the block.  The earlier code stored
+// that copy (2 KB) and shared each weight vector among 2 rows: more vectors live than 16 ymm registers hold,
+// and GCC spilled products to the stack.  Written per row, GCC still takes each nibble vector once per block
+// where inlining lets it, but keeps the products in registers; forcing this out of line (so every row
+// re-extracts) was slower.  One thread, a 4480 x 1536 slice of the 1.5B held in L3, AVX2 build, the 16-core
+// Xeon of a GPU host (a shared VM: best of 3), us for 1 / 2 / 4 / 8 rows: 188 / 262 / 409 / 758 against
+// 185 / 277 / 527 / 881 before.  The AVX-VNNI build (vpdpbusd on ymm) gained less: 159 / 214 / 349 / 683
+// against 163 / 205 / 395 / 650.
+inline sums row_sums(const block8 & b, const uint8_t * y, const int16_t * bs) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    sums r = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
     SBKX8_UNROLL
     for (int p = 0; p < 4; p++) {
-        __m256i lo[R][2], hi[R][2];  // [row][A, B]
         SBKX8_UNROLL
-        for (int j = 0; j < R; j++) {
-            lo[j][0] = lo[j][1] = hi[j][0] = hi[j][1] = _mm256_setzero_si256();
-        }
-        SBKX8_UNROLL
-        for (int c = 0; c < 4; c++) {
+        for (int h = 0; h < 2; h++) {  // rows 0-3, then 4-7
+            __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
             SBKX8_UNROLL
-            for (int h = 0; h < 2; h++) {  // rows 0-3, then 4-7
-                const __m256i wl = b.w[p][c][2 * h], wh = b.w[p][c][2 * h + 1];
-                SBKX8_UNROLL
-                for (int j = 0; j < R; j++) {
-                    const __m256i al = bcast64(y[j] + 64 * p + 8 * c), ah = bcast64(y[j] + 64 * p + 32 + 8 * c);
+            for (int c = 0; c < 4; c++) {
+                const __m256i raw = load(b.qs + 64 * (4 * p + c) + 32 * h);
+                const __m256i wl = _mm256_and_si256(raw, m4), wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                const __m256i al = bcast64(y + 64 * p + 8 * c), ah = bcast64(y + 64 * p + 32 + 8 * c);
 #if SBKX8_DPBUSD && SBKX8_VARIANT == 3
-                    lo[j][h] = _mm256_dpbusd_epi32(lo[j][h], wl, al);
-                    hi[j][h] = _mm256_dpbusd_epi32(hi[j][h], wh, ah);
+                lo = _mm256_dpbusd_epi32(lo, wl, al);
+                hi = _mm256_dpbusd_epi32(hi, wh, ah);
 #elif SBKX8_DPBUSD
-                    lo[j][h] = _mm256_dpbusd_avx_epi32(lo[j][h], wl, al);
-                    hi[j][h] = _mm256_dpbusd_avx_epi32(hi[j][h], wh, ah);
+                lo = _mm256_dpbusd_avx_epi32(lo, wl, al);
+                hi = _mm256_dpbusd_avx_epi32(hi, wh, ah);
 #else
-                    // pairs of at most 2 * 15 * 128; four of them sum to 15,360: no 16-bit overflow
-                    lo[j][h] = _mm256_add_epi16(lo[j][h], _mm256_maddubs_epi16(wl, al));
-                    hi[j][h] = _mm256_add_epi16(hi[j][h], _mm256_maddubs_epi16(wh, ah));
+                // pairs of at most 2 * 15 * 128; four of them sum to 15,360: no 16-bit overflow
+                lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(wl, al));
+                hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(wh, ah));
 #endif
-                }
             }
-        }
-        SBKX8_UNROLL
-        for (int j = 0; j < R; j++) {
+            __m256i & t = h ? r.b : r.a;
 #if SBKX8_DPBUSD
             // each lane sums 16 products of at most 15 * 128: packs never saturates
-            r[j].a = dot_i16(r[j].a, _mm256_packs_epi32(lo[j][0], hi[j][0]), b.s[p][0]);
-            r[j].b = dot_i16(r[j].b, _mm256_packs_epi32(lo[j][1], hi[j][1]), b.s[p][1]);
+            t = dot_i16(t, _mm256_packs_epi32(lo, hi), b.s[p][h]);
 #else
-            r[j].a = dot_i16(dot_i16(r[j].a, lo[j][0], b.s[p][0]), hi[j][0], b.s[p][1]);
-            r[j].b = dot_i16(dot_i16(r[j].b, lo[j][1], b.s[p][2]), hi[j][1], b.s[p][3]);
+            t = dot_i16(dot_i16(t, lo, b.s[p][2 * h]), hi, b.s[p][2 * h + 1]);
 #endif
-            r[j].m = dot_i16(r[j].m, b.m[p], bcast32(bs[j] + 2 * p));
         }
+        r.m = dot_i16(r.m, b.m[p], bcast32(bs + 2 * p));
     }
+    return r;
 }
 #endif
 
+#if SBKX8_ZMM
 // The same, kept out of line: from 5 rows up, GCC -O3 (ggml's flags) inlining every call into group<N>
 // kept too many vectors live and spilled (8 rows cost 824 us against 560 out of line, one thread, a
 // 4480 x 1536 slice of the 1.5B, 2-core Zen 4); up to 4 rows inlined is faster (2 rows: 156 against 223).
@@ -362,6 +349,7 @@ inline void sums_for(const block8 & b, const uint8_t * const * y, const int16_t 
         row_sums_outlined<R>(b, y, bs, r);
     }
 }
+#endif
 
 // Per-row float state: the scaled sums of rows 0-3 and 4-7 (two lanes a row), and the mins (one lane a row).
 struct facc {
@@ -389,6 +377,7 @@ void group(const uint8_t * x, const acts & act, float * out, size_t stride) {
             bs[j] = act.bs + 8 * (j * act.nb + i);
         }
         sums s[N];
+#if SBKX8_ZMM
         SBKX8_UNROLL
         for (int j = 0; j + SBKX8_ROWS <= N; j += SBKX8_ROWS) {
             sums_for<N, SBKX8_ROWS>(b, y + j, bs + j, s + j);
@@ -397,6 +386,12 @@ void group(const uint8_t * x, const acts & act, float * out, size_t stride) {
             constexpr int J = N - N % SBKX8_ROWS;
             sums_for<N, N % SBKX8_ROWS>(b, y + J, bs + J, s + J);
         }
+#else
+        SBKX8_UNROLL
+        for (int j = 0; j < N; j++) {
+            s[j] = row_sums(b, y[j], bs[j]);
+        }
+#endif
         SBKX8_UNROLL
         for (int j = 0; j < N; j++) {
             const __m256 dy = _mm256_broadcast_ss(act.d + j * act.nb + i);
