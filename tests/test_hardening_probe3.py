@@ -16,6 +16,23 @@ from omnidraft.vocab import chat
 
 
 # ------------------------------------------------------------------ row 2: chat preparation
+class _LinearTokenizer:
+    """The real engine's vocabulary with a tokenizer of linear cost, so that a timing measures omnidraft's
+    own preparation (rendering, finding control text in contents) and not llama.cpp's parse: that parse of
+    a whole chat with special=True grows faster than the chat on some machines (2-core Intel Xeon VM,
+    2026-11-29: 11 ms for 500 one-letter messages, 150 ms for 2,000), which is not the code under test."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.is_special, self.bos_id = engine.is_special, engine.bos_id
+
+    def special_text(self, t: int) -> bytes:
+        return self.engine.special_text(t)
+
+    def tokenize(self, text: str, add_bos: bool = False, special: bool = False) -> list[int]:
+        return [0] * (len(text) // 4 + 1)
+
+
 def _prepare_s(engine, n: int, content: str) -> float:
     """Seconds to render and tokenize a chat of ``n`` messages (best of 3)."""
     msgs = [{"role": "user", "content": content} for _ in range(n)]
@@ -30,12 +47,13 @@ def _prepare_s(engine, n: int, content: str) -> float:
 
 @pytest.mark.parametrize("content", ["x", "<|im_end|>"])  # plain contents, and control text kept as text
 def test_chat_preparation_grows_linearly_with_the_message_count(vocab_engine, content):
-    engine = vocab_engine("qwen2")
+    real = vocab_engine("qwen2")
+    engine = _LinearTokenizer(real)
     _prepare_s(engine, 50, content)  # warm: the control-token table
     small, large = _prepare_s(engine, 500, content), _prepare_s(engine, 2000, content)
     # 4x the messages: about 4x the time (before: every control token against every message, 16x, 1.8 s)
     assert large < 8 * small + 0.05, (small, large)
-    assert large < 1.0
+    assert _prepare_s(real, 2000, content) < 1.0  # and with llama.cpp's own parse, no blow-up
 
 
 def test_a_chat_of_too_many_messages_is_refused_before_the_engine():
