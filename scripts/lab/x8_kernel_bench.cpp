@@ -9,6 +9,8 @@
 //   ./x8bench 48 2       # 48 slices (186 MB) streamed from memory by 2 threads, as a decode reads them
 //
 // The figures in sbkx8.cpp's comments came from this program (issue 41, ninth session).
+// Its twin is scripts/lab/sbk_rows.py (the same timing from Python, through tests/sbk_harness.py's blocks and
+// builds); this one exists because it ran as a static binary on a lent GPU host, where the harness was not built.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
