@@ -19,6 +19,7 @@ import numpy as np
 
 PATCH = Path(__file__).resolve().parents[1] / "backend" / "omnidraft" / "llama" / "patch"
 SOURCES = (PATCH / "sbk.cpp", PATCH / "sbkx8.cpp", PATCH / "sbq6x8.cpp")  # plain; Q4_K and Q6_K in 8-row interleaves
+SOURCE_COST = {"sbkx8.cpp": 3, "sbq6x8.cpp": 2, "sbk.cpp": 1}  # relative compile times (13.6 / 7 / 2.5 s, AVX2)
 Q5_0, Q8_0, Q4_K, Q6_K = 6, 8, 12, 14
 QK_K = 256
 
@@ -52,6 +53,19 @@ def _cxx() -> str:
     return cxx
 
 
+_GCC_ONLY = ("--param=max-combine-insns=2",)
+
+
+def _compile_flags(cxx: str) -> tuple[str, ...]:
+    """GCC 12's RTL combine pass spends 38 of sbkx8.cpp's 41 s (AVX2 tier; 9 s on the others) trying 3- and
+    4-instruction combinations inside its fully unrolled 8-row blocks.  Limited to pairs, the compile takes
+    13.6 s and the AVX2 object differs from -O3's by three address instructions outside the row sums (GCC
+    12.2, Debian 12; 2-core Intel VM).  The tests check what the source computes, so they take the cheaper
+    compile; the llama.cpp build keeps ggml's flags."""
+    out = subprocess.run([cxx, "-v"], capture_output=True, text=True).stderr
+    return _GCC_ONLY if "gcc version" in out and "clang" not in out.lower() else ()
+
+
 def _reads(src: Path, defines: tuple[str, ...]) -> tuple[str, ...]:
     """The ``defines`` whose names occur in ``src`` or in the headers beside it: the only ones that can change
     its object file (-DSBKX8_YMM reaches sbkx8.cpp alone), so the other sources' objects are shared."""
@@ -69,14 +83,19 @@ def build_many(builds: list[tuple[str, tuple[str, ...]]], out_dir: Path) -> dict
             if key not in _objects:
                 todo[key] = out_dir / f"{src.stem}_{tier}{''.join('_' + d for d in key[2])}.o"
 
+    cxx = _cxx()
+    extra = _compile_flags(cxx)
+
     def compile_one(key) -> None:
         tier, src, defines = key
-        subprocess.run([_cxx(), "-O3", "-std=c++17", "-fPIC", "-DSBK_STANDALONE", *TIERS[tier][0],
+        subprocess.run([cxx, "-O3", "-std=c++17", "-fPIC", "-DSBK_STANDALONE", *TIERS[tier][0], *extra,
                         *(f"-D{d}" for d in defines), "-c", str(src), "-o", str(todo[key])],
                        check=True, capture_output=True)
 
+    # the longest compiles first (sbkx8, then sbq6x8; AVX2 before the VNNI tiers), so none starts last
+    order = sorted(todo, key=lambda key: (-SOURCE_COST[key[1].name], TIERS[key[0]][2]))
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        list(pool.map(compile_one, todo))  # list(): a failed compile raises here
+        list(pool.map(compile_one, order))  # list(): a failed compile raises here
     _objects.update(todo)
     return {(tier, defines): _link(tier, defines, out_dir) for tier, defines in builds}
 
