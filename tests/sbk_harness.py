@@ -19,7 +19,7 @@ import numpy as np
 
 PATCH = Path(__file__).resolve().parents[1] / "backend" / "omnidraft" / "llama" / "patch"
 SOURCES = (PATCH / "sbk.cpp", PATCH / "sbkx8.cpp", PATCH / "sbq6x8.cpp")  # plain; Q4_K and Q6_K in 8-row interleaves
-SOURCE_COST = {"sbkx8.cpp": 3, "sbq6x8.cpp": 2, "sbk.cpp": 1}  # relative compile times (13.6 / 7 / 2.5 s, AVX2)
+SOURCE_COST = {"sbkx8.cpp": 3, "sbq6x8.cpp": 2, "sbk.cpp": 1}  # compile order only (13.6 / 5.6 / 2.5 s, AVX2)
 Q5_0, Q8_0, Q4_K, Q6_K = 6, 8, 12, 14
 QK_K = 256
 
@@ -61,7 +61,8 @@ def _compile_flags(cxx: str) -> tuple[str, ...]:
     4-instruction combinations inside its fully unrolled 8-row blocks.  Limited to pairs, the compile takes
     13.6 s and the AVX2 object differs from -O3's by three address instructions outside the row sums (GCC
     12.2, Debian 12; 2-core Intel VM).  The tests check what the source computes, so they take the cheaper
-    compile; the llama.cpp build keeps ggml's flags."""
+    compile; the llama.cpp build keeps ggml's flags.  scripts/lab/sbk_rows.py times these objects too: with
+    and without the flag, scripts/lab/x8_kernel_bench.cpp timed the AVX2 kernel alike, within this VM's run-to-run spread."""
     out = subprocess.run([cxx, "-v"], capture_output=True, text=True).stderr
     return _GCC_ONLY if "gcc version" in out and "clang" not in out.lower() else ()
 
@@ -93,7 +94,7 @@ def build_many(builds: list[tuple[str, tuple[str, ...]]], out_dir: Path) -> dict
                        check=True, capture_output=True)
 
     # the longest compiles first (sbkx8, then sbq6x8; AVX2 before the VNNI tiers), so none starts last
-    order = sorted(todo, key=lambda key: (-SOURCE_COST[key[1].name], TIERS[key[0]][2]))
+    order = sorted(todo, key=lambda key: (-SOURCE_COST.get(key[1].name, 0), TIERS[key[0]][2]))
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         list(pool.map(compile_one, order))  # list(): a failed compile raises here
     _objects.update(todo)
