@@ -62,7 +62,8 @@ def _compile_flags(cxx: str) -> tuple[str, ...]:
     13.6 s and the AVX2 object differs from -O3's by three address instructions outside the row sums (GCC
     12.2, Debian 12; 2-core Intel VM).  The tests check what the source computes, so they take the cheaper
     compile; the llama.cpp build keeps ggml's flags.  scripts/lab/sbk_rows.py times these objects too: with
-    and without the flag, scripts/lab/x8_kernel_bench.cpp timed the AVX2 kernel alike, within this VM's run-to-run spread."""
+    and without the flag, scripts/lab/x8_kernel_bench.cpp timed the AVX2 kernel alike, within this VM's
+    run-to-run spread."""
     out = subprocess.run([cxx, "-v"], capture_output=True, text=True).stderr
     return _GCC_ONLY if "gcc version" in out and "clang" not in out.lower() else ()
 
