@@ -26,6 +26,7 @@ import numpy as np
 
 from .convert import field_kv
 from .errors import BadArgument, InvalidFile
+from .header import read_kv
 from .inspect import read
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,8 @@ _SKIP = ("GGUF.", "general.architecture", "general.alignment", ROWS_KEY, IDS_KEY
 
 def head_token_ids(path: str | os.PathLike) -> np.ndarray | None:
     """The token id of each head row of a frequency-ranked-head file; None for a full head."""
-    f = read(path).get_field(IDS_KEY)
-    if f is None:
-        return None
-    return np.asarray([x for i in f.data for x in f.parts[i].tolist()], dtype=np.int32)
+    ids = read_kv(Path(path), IDS_KEY)
+    return None if ids is None else np.asarray(ids, dtype=np.int32)
 
 
 def rank(counts: np.ndarray) -> np.ndarray:

@@ -241,3 +241,22 @@ def test_fast_reader_reads_what_gguf_py_reads(tmp_path_factory):
     assert [(t.name, t.tensor_type, t.shape.tolist(), t.data_offset) for t in ours.tensors] == \
         [(t.name, t.tensor_type, t.shape.tolist(), t.data_offset) for t in theirs.tensors]
     assert all(np.array_equal(a.data, b.data) for a, b in zip(ours.tensors, theirs.tensors))
+
+
+def test_read_kv_reads_one_value_as_gguf_py_does(tmp_path_factory, bad_files):
+    """header.read_kv (the drafter's head ids at every load) walks the header without parsing the vocabulary:
+    each key's value equals gguf-py's, an absent key is None, and a cut or corrupt file is InvalidFile."""
+    from gguf_tools.header import read_kv
+    from gguf_tools.inspect import field_value, read
+
+    path = tiny_gguf(tmp_path_factory, "llama", quant="q8_0")
+    reader = read(path)
+    for key in (k for k in reader.fields if not k.startswith("GGUF.")):
+        got, want = read_kv(path, key), field_value(reader, key)
+        got = got.tolist() if isinstance(got, np.ndarray) else got
+        assert got == want, key
+    assert isinstance(read_kv(path, "tokenizer.ggml.scores"), np.ndarray)
+    assert read_kv(path, "no.such.key") is None
+    for kind in ("random", "magic+random", "cut-in-vocab", "empty", "not-gguf"):
+        with pytest.raises(InvalidFile):
+            read_kv(bad_files[kind], "no.such.key")

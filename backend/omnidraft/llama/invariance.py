@@ -37,6 +37,15 @@ PROBE_TEXT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\
 GUARD_MAX_BOUND = 1e-3  # larger measured differences: the mode never verifies
 GUARD_SAFETY = 100.0    # a guarded mode re-decodes decisions closer than this multiple of the bound
 VERSION = 3             # of the cache entries below (3: pass times are the fastest of TIMING_ROUNDS)
+
+# The target's llama.cpp batch (and ubatch) on a CPU.  Verification passes are a few rows; only prompts are long,
+# and llama.cpp's working set for a prompt chunk grows with the ubatch (activations, attention scores).  With a
+# 1,000-token prompt at 2k context (2-core Xeon VM, fast kernels, alternated runs): the 0.5B Q4_K_M peaked 35 MB
+# lower at 128 than at 512 and read the prompt as fast (13.7-15.2 s against 15.3-16.3); the 1.5B Q4_K_M saved
+# 52 MB but read it 7 % slower.  So small files (where the fixed costs weigh most) take the smaller batch;
+# a GPU build keeps llama.cpp's 512, where large batches are what makes prompts fast.
+SMALL_TARGET_BYTES = 1 << 30
+SMALL_TARGET_BATCH = 128
 # Pass times for the mode choice: the fastest of 5 samples per size, which other work on the machine can only
 # slow down.  Medians of 3 once put exact's 3-row pass below its 2-row one (52.5 against 55.1 ms, 1.5B Q4_K_M,
 # 2-core Zen 4) and chose exact, whose 4-row pass then cost 1.64 decodes in the run against fast's 1.34.
@@ -193,6 +202,13 @@ def probe(engine: Engine, max_n: int = 8) -> int:
     return measure(engine, max_n, timing=False).max_identical
 
 
+def target_batch(path: Path, gpu_layers: int) -> int:
+    """The target's llama.cpp batch: smaller for a small file on a CPU (SMALL_TARGET_BATCH's comment)."""
+    if gpu_layers == 0 and path.stat().st_size < SMALL_TARGET_BYTES:
+        return SMALL_TARGET_BATCH
+    return EngineConfig.n_batch
+
+
 def load_target(path: Path, n_ctx: int, threads: int, kernels: str, cache: Path,
                 gpu_layers: int = 0) -> tuple[Engine, VerifyPlan]:
     """The target in the kernel mode that serves fastest while verifying as allowed, and its plan.
@@ -202,8 +218,8 @@ def load_target(path: Path, n_ctx: int, threads: int, kernels: str, cache: Path,
     a tiny bound with the near-tie guard; never Q4_K_M-like argmax flips) and it scores better than
     ``exact`` (``score``: tokens/s at a nominal acceptance); later starts load the chosen mode directly.
     ``gpu_layers`` layers go to a GPU build (-1 = all): measured and cached apart from the CPU's."""
-    cfg = {m: EngineConfig(n_ctx=n_ctx, n_threads=threads, batch_invariant=m.batch_invariant, n_gpu_layers=gpu_layers)
-           for m in KernelMode}
+    cfg = {m: EngineConfig(n_ctx=n_ctx, n_threads=threads, batch_invariant=m.batch_invariant, n_gpu_layers=gpu_layers,
+                           n_batch=target_batch(path, gpu_layers)) for m in KernelMode}
     modes = list(KernelMode) if kernels == AUTO else [KernelMode(kernels)]
     fids = {m: lookup(path, cfg[m], m, cache) for m in modes}
     engines: dict[KernelMode, Engine] = {}
