@@ -42,9 +42,10 @@ VERSION = 3             # of the cache entries below (3: pass times are the fast
 # and llama.cpp's working set for a prompt chunk grows with the ubatch (activations, attention scores).  With a
 # 1,000-token prompt at 2k context (2-core Xeon VM, fast kernels, alternated runs): the 0.5B Q4_K_M peaked 35 MB
 # lower at 128 than at 512 and read the prompt as fast (13.7-15.2 s against 15.3-16.3); the 1.5B Q4_K_M saved
-# 52 MB but read it 7 % slower.  So small files (where the fixed costs weigh most) take the smaller batch;
-# a GPU build keeps llama.cpp's 512, where large batches are what makes prompts fast.
-SMALL_TARGET_BYTES = 1 << 30
+# 52 MB but read it 7 % slower.  So small files (where the fixed costs weigh most) take the smaller batch: the
+# 0.5B class (469 MiB at Q4_K_M, about 510 at Q8_0) lies under the line, the 1.5B class (900+ MiB at 4 bits)
+# above it.  A GPU build keeps llama.cpp's 512, where large batches are what makes prompts fast.
+SMALL_TARGET_BYTES = 640 << 20
 SMALL_TARGET_BATCH = 128
 # Pass times for the mode choice: the fastest of 5 samples per size, which other work on the machine can only
 # slow down.  Medians of 3 once put exact's 3-row pass below its 2-row one (52.5 against 55.1 ms, 1.5B Q4_K_M,
