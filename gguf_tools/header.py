@@ -48,7 +48,7 @@ def read_kv(path: Path, key: str) -> object | None:
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         try:
             return _find(mm, key.encode())
-        except (struct.error, ValueError, UnicodeDecodeError) as e:
+        except (struct.error, ValueError, UnicodeDecodeError, RecursionError) as e:
             raise InvalidFile(f"{path}: corrupt or truncated GGUF header ({type(e).__name__}: {e})") from None
 
 

@@ -97,6 +97,29 @@ def test_guarded_loop_redecodes_near_ties_and_stays_equal_to_target_alone(defaul
     assert redecodes > 0
 
 
+def test_a_small_target_reads_long_prompts_in_small_batches_and_stays_lossless(default_session, target_reference,
+                                                                             tmp_path):
+    """Files under SMALL_TARGET_BYTES read prompts 128 tokens at a time on a CPU (peak RSS); a prompt of several
+    such batches, drafted for, gives the target alone's tokens.  Larger files and GPU builds keep 512."""
+    import inspect
+    import textwrap
+
+    s = default_session
+    assert s.target.path.stat().st_size < invariance.SMALL_TARGET_BYTES
+    assert s.target.n_batch == invariance.SMALL_TARGET_BATCH
+    big = tmp_path / "big.gguf"
+    with open(big, "wb") as f:
+        f.truncate(invariance.SMALL_TARGET_BYTES)  # sparse: only its size is read
+    assert invariance.target_batch(big, 0) == invariance.target_batch(s.target.path, -1) == 512
+    gen = Generator(s.target, make_drafter("omnidraft", s.pair), PolicyConfig(name="fixed", k=4), "omnidraft",
+                    s.max_verify_batch)
+    pin = gen.prompt_from_text(inspect.getsource(textwrap)[:1400])
+    assert len(pin.target_ids) > 2 * invariance.SMALL_TARGET_BATCH
+    params = GenerationParams(max_tokens=16)
+    final = gen.generate(pin, params)
+    assert final.stats.proposed > 0 and final.token_ids == target_reference(s.target, pin, params)
+
+
 def test_session_picks_a_mode_and_caches_its_fidelity(default_session):
     s = default_session
     assert s.plan.mode in ("exact", "fast")
