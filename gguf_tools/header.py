@@ -13,7 +13,7 @@ from .errors import InvalidFile
 GGUF_MAGIC = b"GGUF"
 
 # GGUF value types: fixed-size scalars by their numpy dtype; 8 is a string, 9 an array
-_SCALARS = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1", 10: "<u8", 11: "<i8",
+_SCALARS = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8",
             12: "<f8"}
 _STRING, _ARRAY = 8, 9
 
@@ -61,6 +61,8 @@ def _find(mm: mmap.mmap, key: bytes) -> object | None:
         if name == key:
             return _value(mm, pos + 4, vtype)
         pos = _skip(mm, pos + 4, vtype)
+    if pos > len(mm):
+        raise ValueError("the last value runs past the end of the file")
     return None
 
 
