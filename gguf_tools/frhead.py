@@ -26,20 +26,12 @@ import numpy as np
 
 from .convert import field_kv
 from .errors import BadArgument, InvalidFile
-from .header import read_kv
+from .header import IDS_KEY, ROWS_KEY, head_token_ids  # noqa: F401 - frhead's API; read there, gguf-py-free
 from .inspect import read
 
 log = logging.getLogger(__name__)
 
-ROWS_KEY = "omnidraft.head_rows"
-IDS_KEY = "omnidraft.head_token_ids"
 _SKIP = ("GGUF.", "general.architecture", "general.alignment", ROWS_KEY, IDS_KEY)
-
-
-def head_token_ids(path: str | os.PathLike) -> np.ndarray | None:
-    """The token id of each head row of a frequency-ranked-head file; None for a full head."""
-    ids = read_kv(Path(path), IDS_KEY)
-    return None if ids is None else np.asarray(ids, dtype=np.int32)
 
 
 def rank(counts: np.ndarray) -> np.ndarray:

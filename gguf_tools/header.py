@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from pathlib import Path
 
@@ -58,9 +59,9 @@ def _find(mm: mmap.mmap, key: bytes) -> object | None:
     for _ in range(n_kv):
         name, pos = _string(mm, pos)
         (vtype,) = struct.unpack_from("<I", mm, pos)
+        value, pos = _walk(mm, pos + 4, vtype, want=name == key)
         if name == key:
-            return _value(mm, pos + 4, vtype)
-        pos = _skip(mm, pos + 4, vtype)
+            return value
     if pos > len(mm):
         raise ValueError("the last value runs past the end of the file")
     return None
@@ -73,39 +74,45 @@ def _string(mm: mmap.mmap, pos: int) -> tuple[bytes, int]:
     return mm[pos + 8: pos + 8 + n], pos + 8 + n
 
 
-def _skip(mm: mmap.mmap, pos: int, vtype: int) -> int:
-    """The position after a value of type ``vtype`` at ``pos``."""
+def _walk(mm: mmap.mmap, pos: int, vtype: int, want: bool) -> tuple[object | None, int]:
+    """The value of type ``vtype`` at ``pos`` (None unless ``want``: a skipped value is read for its lengths
+    only, no string copied) and the position after it."""
     if vtype in _SCALARS:
-        return pos + np.dtype(_SCALARS[vtype]).itemsize
+        dtype = np.dtype(_SCALARS[vtype])
+        end = pos + dtype.itemsize
+        return (np.frombuffer(mm, dtype, 1, pos)[0].item() if want else None), end
     if vtype == _STRING:
         (n,) = struct.unpack_from("<Q", mm, pos)
-        return pos + 8 + n
+        end = pos + 8 + n
+        if end > len(mm):
+            raise ValueError(f"a string at byte {pos} runs past the end of the file")
+        return (mm[pos + 8: end].decode() if want else None), end
     if vtype != _ARRAY:
         raise ValueError(f"unknown value type {vtype} at byte {pos}")
     itype, count = struct.unpack_from("<IQ", mm, pos)
     pos += 12
     if itype in _SCALARS:
-        return pos + count * np.dtype(_SCALARS[itype]).itemsize
+        dtype = np.dtype(_SCALARS[itype])
+        end = pos + count * dtype.itemsize
+        if end > len(mm):
+            raise ValueError(f"an array at byte {pos} runs past the end of the file")
+        return (np.frombuffer(mm, dtype, count, pos).copy() if want else None), end  # a copy: the mapping closes
+    items = []
     for _ in range(count):  # strings (or nested arrays): one length at a time
-        pos = _skip(mm, pos, itype)
-    if pos > len(mm):
-        raise ValueError("an array runs past the end of the file")
-    return pos
+        item, pos = _walk(mm, pos, itype, want)
+        if want:
+            items.append(item)
+    return (items if want else None), pos
 
 
-def _value(mm: mmap.mmap, pos: int, vtype: int) -> object:
-    if vtype in _SCALARS:
-        return np.frombuffer(mm, _SCALARS[vtype], 1, pos)[0].item()
-    if vtype == _STRING:
-        return _string(mm, pos)[0].decode()
-    if vtype != _ARRAY:
-        raise ValueError(f"unknown value type {vtype} at byte {pos}")
-    itype, count = struct.unpack_from("<IQ", mm, pos)
-    pos += 12
-    if itype in _SCALARS:
-        return np.frombuffer(mm, _SCALARS[itype], count, pos).copy()  # a copy: the mapping closes
-    out = []
-    for _ in range(count):
-        out.append(_value(mm, pos, itype))
-        pos = _skip(mm, pos, itype)
-    return out
+# ---------------------------------------------------------------- frequency-ranked heads (gguf_tools.frhead)
+# Read here, without gguf-py, because every drafter load asks: gguf-py, sentencepiece and yaml are 5 MB that a
+# serving process otherwise never imports (issue 41's memory goal).  frhead writes them and re-exports these.
+ROWS_KEY = "omnidraft.head_rows"
+IDS_KEY = "omnidraft.head_token_ids"
+
+
+def head_token_ids(path: str | os.PathLike) -> np.ndarray | None:
+    """The token id of each head row of a frequency-ranked-head file; None for a full head."""
+    ids = read_kv(Path(path), IDS_KEY)
+    return None if ids is None else np.asarray(ids, dtype=np.int32)

@@ -18,7 +18,6 @@ import llama_cpp
 
 from .errors import BadArgument, InvalidFile
 
-from .inspect import read
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +62,9 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, qtype: str,
     log_tail = log_tail or (lambda: "")
     src, dst = Path(src), Path(dst)
     ftype = ftype_of(qtype)
+    # lazy: gguf-py, sentencepiece, yaml: 5 MB a serving process (which needs ftype_of) never loads (issue 41)
+    from .inspect import read
+
     reader = read(src)  # validates header + tensor extents before llama.cpp sees the file
     if not reader.tensors:
         raise InvalidFile(f"{src}: has no tensors (vocab-only file?); nothing to quantize")

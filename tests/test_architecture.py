@@ -243,3 +243,16 @@ def test_the_server_reads_no_ones_internals():
                 probes.append(f"server/{p.name}:{node.lineno}: {ast.unparse(node)}")
     assert not probes, probes
     assert "server.serving" in graph()["server.worker"]  # the rule sees the protocol in use
+
+
+def test_serving_imports_no_gguf_py():
+    """A process that serves (the CLI, a session, the server) never loads gguf-py, sentencepiece, yaml or tqdm:
+    7 MB of the small pair's peak memory (issue 41).  Headers are read by ``gguf_tools.header``; writing GGUFs
+    and progress bars import them where they run."""
+    import subprocess
+    import sys
+
+    code = ("import sys, omnidraft.apps.cli, omnidraft.runtime.session, omnidraft.server.app; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'gguf', 'sentencepiece', 'yaml', 'tqdm'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -18,6 +18,26 @@ def target():
     e.close()
 
 
+def test_the_byte_table_reads_like_the_list_of_pieces_it_packs(target):
+    """``token_bytes`` packs llama.cpp's pieces into one buffer (issue 41's memory): every id, negative ids,
+    slices and iteration give the pieces llama.cpp writes, and ids outside the vocabulary raise IndexError."""
+    import ctypes
+
+    from omnidraft.llama.tokenbytes import TokenBytes
+
+    tb, n = target.token_bytes, target.n_vocab
+    buf = ctypes.create_string_buffer(256)
+    for t in (0, 1, 220, 9707, n - 1, int(np.int32(151643))):
+        assert tb[t] == target._piece(t, buf, special=False)
+    assert tb[-1] == tb[n - 1] and tb[-n] == tb[0] and tb[10:13] == [tb[10], tb[11], tb[12]]
+    pieces = list(tb)
+    assert len(pieces) == n and TokenBytes(pieces) == tb == pieces and tb != pieces[:-1]
+    assert sum(map(len, pieces)) < 2**20  # the whole Qwen vocabulary spells under 1 MB
+    for bad in (n, -n - 1):
+        with pytest.raises(IndexError):
+            tb[bad]
+
+
 def test_tokenize_detokenize_and_byte_table(target):
     text = "def f(x):\n    return x  # 日本 🙂"
     ids = target.tokenize(text)

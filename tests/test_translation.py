@@ -114,3 +114,24 @@ def test_bridge_maps_identical_bytes_only(pair):
     assert len(mapped) > 1000
     for d in mapped[:: max(1, len(mapped) // 500)]:
         assert dc.token_bytes[d] == tc.token_bytes[bridge.d2t[d]]
+
+
+def test_codec_spells_cut_characters_from_a_small_table_as_the_whole_one_does(vocab_engine):
+    """Bytes cut inside a character (CJK, emoji, accents) are spelled from the tokens that are not valid UTF-8
+    themselves, with the ids a longest match over the whole vocabulary gives.  Byte-level BPE never needs the
+    whole table (13 MB for the served pair); SentencePiece builds it for its first word."""
+    from omnidraft.vocab.codec import _utf8_segments
+
+    eng = vocab_engine("qwen2")
+    c, whole = Codec(eng), Codec(eng)
+    data = "def \u51fd\u6570(): return '\U0001f642' # na\u00efve, \u00e9t\u00e9".encode()
+    for a in range(len(data)):
+        for b in range(a + 1, len(data) + 1):
+            piece = data[a:b]
+            assert c.decode(c.encode(piece)) == piece
+            for valid, seg in _utf8_segments(piece):
+                if not valid:
+                    assert c.encode(seg) == whole._greedy(seg), seg
+    assert c._whole is None and whole._whole is not None
+    spm = Codec(vocab_engine("llama-spm"))
+    assert spm.decode(spm.encode(b"word")) == b"word" and spm._whole is not None

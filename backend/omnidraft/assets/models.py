@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
-from gguf_tools import frhead, quantize
+from gguf_tools import quantize
 from omnidraft import paths
 from omnidraft.assets import refstore
 from omnidraft.errors import ChecksumMismatch, ModelFetchError, ModelNotFound, from_gguf_tools
@@ -142,6 +141,7 @@ def sha256_file(path: Path, progress: bool = False) -> str:
 
 
 def _bar(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm  # lazy: 2 MB a serving process that pulls nothing never needs (issue 41)
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not enabled, leave=False)
 
 
@@ -313,6 +313,7 @@ def head_rank_path(name: str) -> Path:
 
 def _make_fr(spec: ModelSpec, quant: str, rows: int, out: Path) -> Path:
     """The pinned drafter (or its ``quant`` copy) with a head over its ``rows`` most frequent tokens."""
+    from gguf_tools import frhead  # lazy: gguf-py, sentencepiece, yaml: 5 MB a serving process never loads (issue 41)
     src = resolve_derived(spec.name, quant) if quant else ensure_verified(spec.name)
     ranking = np.load(head_rank_path(spec.name))
     log.info("making %s from %s (a head over its %d most frequent tokens)", out.name, src.name, rows)

@@ -23,8 +23,8 @@ import numpy as np
 import llama_cpp
 
 from . import loadcheck, log as llama_log
-from gguf_tools import frhead
-from gguf_tools.header import check_header
+from .tokenbytes import TokenBytes
+from gguf_tools.header import IDS_KEY, ROWS_KEY, check_header, head_token_ids
 from omnidraft.errors import ContextOverflow, EngineError, InvalidModelFile, from_gguf_tools
 from omnidraft.seq import common_prefix
 
@@ -143,12 +143,12 @@ class Engine:
     def _head_ids(self) -> np.ndarray | None:
         """A frequency-ranked head's token per logits column (``gguf_tools.frhead``); None for a full head.
         Columns from ``len(head_ids)`` on are padding: only a drafter that maps columns reads such a model."""
-        rows = self.meta(frhead.ROWS_KEY)
+        rows = self.meta(ROWS_KEY)
         if rows is None:
             return None
-        ids = frhead.head_token_ids(self.path)
+        ids = head_token_ids(self.path)
         if ids is None or len(ids) != int(rows) or ids.max(initial=0) >= self.n_vocab:
-            raise InvalidModelFile(f"{self.path}: {frhead.IDS_KEY} does not match {frhead.ROWS_KEY}")
+            raise InvalidModelFile(f"{self.path}: {IDS_KEY} does not match {ROWS_KEY}")
         return ids
 
     def _init_context(self) -> None:
@@ -191,7 +191,7 @@ class Engine:
                 special[t] = True
             if llama_cpp.llama_vocab_is_eog(v, t):
                 eog.add(t)
-        self.token_bytes = table
+        self.token_bytes = TokenBytes(table)
         self.is_special = special  # control/unknown/unused: never drafted, never mapped
         self.eog_ids = frozenset(eog)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gguf_tools import frhead, quantize
-from gguf_tools.inspect import field_value, read
+from gguf_tools import quantize
+from gguf_tools.header import head_token_ids, read_kv
 from omnidraft.assets import models
 from omnidraft.errors import from_gguf_tools
 
@@ -44,7 +44,7 @@ def served_copy(path: Path, quant: str, head_ids: np.ndarray | None, out_dir: Pa
 
 def _file_type(path: Path) -> int | None:
     with from_gguf_tools():
-        return field_value(read(path), "general.file_type")
+        return read_kv(path, "general.file_type")  # the header only: gguf-py parsed the whole vocabulary
 
 
 def _requantized(path: Path, quant: str, out_dir: Path) -> Path:
@@ -74,10 +74,12 @@ def _prune(out_dir: Path, pattern: str, keep: Path) -> None:
 def with_head(path: Path, head_ids: np.ndarray | None, out_dir: Path) -> Path:
     """``path`` itself where no head is wanted or it has its own; else a copy of it with ``head_ids``."""
     path = Path(path)
-    if head_ids is None or frhead.head_token_ids(path) is not None:
+    if head_ids is None or head_token_ids(path) is not None:
         return path
     out = out_dir / f"{path.stem}-fr{len(head_ids)}-{_key(path, head_ids.tobytes())}.gguf"
     if not out.is_file():
+        from gguf_tools import frhead  # lazy: gguf-py, sentencepiece, yaml: 5 MB serving never loads (issue 41)
+
         with from_gguf_tools():
             frhead.write(path, out, head_ids)
         log.info("drafter %s served with a head over its %d most frequent tokens (%s)", path.name,

@@ -9,7 +9,7 @@ anything else); the bytes around it are spelled with the vocabulary's byte token
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from omnidraft.errors import VocabularyMismatch
 
@@ -21,7 +21,7 @@ SHORT_ENTRIES = 8192
 class Tokenizes(Protocol):
     """What a Codec needs from an engine (kept narrow so tests can fake it)."""
 
-    token_bytes: list[bytes]
+    token_bytes: Sequence[bytes]
     is_special: Sequence[bool]
 
     def tokenize(self, text: str | bytes, add_bos: bool = False, special: bool = False) -> list[int]: ...
@@ -31,11 +31,13 @@ class Codec:
     def __init__(self, engine: Tokenizes):
         self.engine = engine
         self.token_bytes = engine.token_bytes
-        self._by_bytes: dict[bytes, int] = {}
-        for tid, b in enumerate(engine.token_bytes):
-            if b and not engine.is_special[tid] and b not in self._by_bytes:
-                self._by_bytes[b] = tid
-        self.max_token_len = max((len(b) for b in self._by_bytes), default=1)
+        # Longest-match spelling needs bytes -> id.  Bytes that are not valid UTF-8 (a character cut by a token
+        # boundary: CJK, emoji) can only start with tokens that are not valid UTF-8 either, a few thousand of a
+        # vocabulary; those are indexed now.  The whole table (13 MB for the Qwen and SmolLM2 pair) is built the
+        # first time valid text needs it: always for a SentencePiece vocabulary, never for byte-level BPE whose
+        # tokenizer spells text exactly.
+        self._partial = _index(engine, lambda b: not b.isascii() and not _is_utf8(b))
+        self._whole: _ByBytes | None = None
         self.space_prefix = self._detect_space_prefix()
         # short texts -> ids: the speculative loop encodes a few bytes of the target's output for the drafter
         # several times a step, the same pieces again and again (indentation, ' (', a name), and one
@@ -54,7 +56,7 @@ class Codec:
         """Token ids spelling exactly ``data`` (never special tokens)."""
         out: list[int] = []
         for valid, segment in _utf8_segments(data):
-            out.extend(self._encode_text(segment) if valid else self._greedy(segment))
+            out.extend(self._encode_text(segment) if valid else self._greedy(segment, self._partial))
         return out
 
     def _encode_text(self, data: bytes) -> list[int]:
@@ -87,13 +89,19 @@ class Codec:
         head, tail = (data, b"") if cut < 0 else (data[:cut], data[cut:])
         return self._greedy(head) + (self._encode_spm(tail) if tail else [])
 
-    def _greedy(self, data: bytes) -> list[int]:
-        """Longest-match spelling from the byte table; needs single-byte tokens for the rest."""
+    def _greedy(self, data: bytes, table: _ByBytes | None = None) -> list[int]:
+        """Longest-match spelling from a byte table (the whole vocabulary's unless given); needs single-byte
+        tokens for the rest."""
+        if table is None:
+            if self._whole is None:
+                self._whole = _index(self.engine, lambda b: True)
+            table = self._whole
+        by_bytes, longest = table
         out: list[int] = []
         i, n = 0, len(data)
         while i < n:
-            for j in range(min(n, i + self.max_token_len), i, -1):
-                tid = self._by_bytes.get(data[i:j])
+            for j in range(min(n, i + longest), i, -1):
+                tid = by_bytes.get(data[i:j])
                 if tid is not None:
                     out.append(tid)
                     i = j
@@ -101,6 +109,25 @@ class Codec:
             else:
                 raise VocabularyMismatch(f"vocabulary cannot spell byte {data[i]:#04x}")
         return out
+
+
+_ByBytes = tuple[dict[bytes, int], int]  # bytes -> the first non-special id spelling them; the longest key
+
+
+def _index(engine: Tokenizes, keep: Callable[[bytes], bool]) -> _ByBytes:
+    by_bytes: dict[bytes, int] = {}
+    for tid, b in enumerate(engine.token_bytes):
+        if b and not engine.is_special[tid] and keep(b) and b not in by_bytes:
+            by_bytes[b] = tid
+    return by_bytes, max((len(b) for b in by_bytes), default=1)
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def _utf8_segments(data: bytes):
