@@ -23,7 +23,7 @@ import numpy as np
 import llama_cpp
 
 from . import loadcheck, log as llama_log
-from .tokenbytes import TokenBytes
+from .tokenbytes import VOCAB_TABLES, TokenBytes, VocabTables
 from gguf_tools.header import IDS_KEY, ROWS_KEY, check_header, head_token_ids
 from omnidraft.errors import ContextOverflow, EngineError, InvalidModelFile, from_gguf_tools
 from omnidraft.seq import common_prefix
@@ -181,7 +181,11 @@ class Engine:
         self.eos_id = llama_cpp.llama_vocab_eos(v)
         self.eot_id = llama_cpp.llama_vocab_eot(v)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(v))
-        buf = ctypes.create_string_buffer(256)
+        tables = VOCAB_TABLES.get(self.path, self._read_tables)
+        self.token_bytes, self.is_special, self.eog_ids = tables.token_bytes, tables.is_special, tables.eog_ids
+
+    def _read_tables(self) -> VocabTables:
+        v, buf = self.vocab, ctypes.create_string_buffer(256)
         table: list[bytes] = []
         special = np.zeros(self.n_vocab, dtype=bool)
         eog: set[int] = set()
@@ -191,9 +195,8 @@ class Engine:
                 special[t] = True
             if llama_cpp.llama_vocab_is_eog(v, t):
                 eog.add(t)
-        self.token_bytes = TokenBytes(table)
-        self.is_special = special  # control/unknown/unused: never drafted, never mapped
-        self.eog_ids = frozenset(eog)
+        special.flags.writeable = False  # shared by every engine of this file
+        return VocabTables(TokenBytes(table), special, frozenset(eog))
 
     def _piece(self, token: int, buf, special: bool) -> bytes:
         n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
