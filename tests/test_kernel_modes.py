@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -101,9 +104,6 @@ def test_a_small_target_reads_long_prompts_in_small_batches_and_stays_lossless(d
                                                                              tmp_path):
     """Files under SMALL_TARGET_BYTES read prompts 128 tokens at a time on a CPU (peak RSS); a prompt of several
     such batches, drafted for, gives the target alone's tokens.  Larger files and GPU builds keep 512."""
-    import inspect
-    import textwrap
-
     s = default_session
     assert s.target.n_batch == invariance.target_batch(s.target.path, 0)  # 128 for the suite's 0.5B
     small, big = tmp_path / "small.gguf", tmp_path / "big.gguf"
