@@ -75,6 +75,37 @@ def test_a_near_tie_in_score_keeps_the_faster_one_token_decode():
     assert invariance.choose_mode(fids, plans) == invariance.KernelMode.EXACT
 
 
+def test_auto_times_both_modes_again_in_reverse_order_so_a_slow_phase_decides_nothing(tmp_path_factory, tmp_path,
+                                                                                      monkeypatch):
+    """A first start times exact, fast, then fast, exact, each mode keeping its faster sample: a slow phase of
+    the machine during one timing (a VM's neighbour; the eleventh session's AVX-VNNI build chose exact from a
+    start-up whose fast timing ran 1.2-1.8x its later ones) no longer picks the slower mode.  Later starts read
+    the cache and time nothing."""
+    from tests.gguf_helpers import tiny_gguf
+
+    path, cache = tiny_gguf(tmp_path_factory, "llama", quant="q8_0"), tmp_path / "invariance.json"
+    true = {"exact": 1.0, "fast": 0.95}  # ms of a one-row pass: fast is the faster mode
+    calls = []
+
+    def passes(engine, sizes, rounds=5, **_):
+        calls.append(str(engine.mode))
+        slow = 1.5 if len(calls) == 2 else 1.0  # the slow phase: fast's first timing
+        return {n: [true[engine.mode] * slow * (1 + 0.3 * (n - 1)) / 1e3] * rounds for n in sizes}
+
+    monkeypatch.setattr(invariance, "sample_passes", passes)
+    monkeypatch.setattr(invariance, "_measure_at", lambda engine, prefix, seq: (len(seq), 0.0, 0, len(seq)))
+    engine, plan = invariance.load_target(path, 256, 1, "auto", cache)
+    engine.close()
+    assert calls == ["exact", "fast", "fast", "exact"] and plan.mode == "fast"
+    once = {m: Fidelity(m, 8, 0.0, 0, 8, {str(n): true[m] * (1.5 if m == "fast" else 1) * (1 + 0.3 * (n - 1)) / 1e3
+                                          for n in range(1, 9)}) for m in invariance.KernelMode}
+    assert invariance.choose_mode(once, {m: invariance.plan_for(f) for m, f in once.items()}) == "exact"
+    calls.clear()
+    engine, again = invariance.load_target(path, 256, 1, "auto", cache)
+    engine.close()
+    assert calls == [] and again == plan
+
+
 # ---------------------------------------------------------------- the loop on the real default pair
 def _prompt(gen, text, chat):
     return gen.prompt_from_messages([{"role": "user", "content": text}]) if chat else gen.prompt_from_text(text)
