@@ -57,7 +57,8 @@ def _find(mm: mmap.mmap, key: bytes) -> object | None:
     (n_kv,) = struct.unpack_from("<Q", mm, 16)
     pos = 24
     for _ in range(n_kv):
-        name, pos = _string(mm, pos)
+        start, pos = _string(mm, pos)
+        name = mm[start:pos]
         (vtype,) = struct.unpack_from("<I", mm, pos)
         value, pos = _walk(mm, pos + 4, vtype, want=name == key)
         if name == key:
@@ -67,11 +68,12 @@ def _find(mm: mmap.mmap, key: bytes) -> object | None:
     return None
 
 
-def _string(mm: mmap.mmap, pos: int) -> tuple[bytes, int]:
+def _string(mm: mmap.mmap, pos: int) -> tuple[int, int]:
+    """Where the bytes of the string at ``pos`` start and end (read for its length only, nothing copied)."""
     (n,) = struct.unpack_from("<Q", mm, pos)
     if pos + 8 + n > len(mm):
         raise ValueError(f"a string at byte {pos} runs past the end of the file")
-    return mm[pos + 8: pos + 8 + n], pos + 8 + n
+    return pos + 8, pos + 8 + n
 
 
 def _walk(mm: mmap.mmap, pos: int, vtype: int, want: bool) -> tuple[object | None, int]:
@@ -82,11 +84,8 @@ def _walk(mm: mmap.mmap, pos: int, vtype: int, want: bool) -> tuple[object | Non
         end = pos + dtype.itemsize
         return (np.frombuffer(mm, dtype, 1, pos)[0].item() if want else None), end
     if vtype == _STRING:
-        (n,) = struct.unpack_from("<Q", mm, pos)
-        end = pos + 8 + n
-        if end > len(mm):
-            raise ValueError(f"a string at byte {pos} runs past the end of the file")
-        return (mm[pos + 8: end].decode() if want else None), end
+        start, end = _string(mm, pos)
+        return (mm[start:end].decode() if want else None), end
     if vtype != _ARRAY:
         raise ValueError(f"unknown value type {vtype} at byte {pos}")
     itype, count = struct.unpack_from("<IQ", mm, pos)

@@ -18,7 +18,6 @@ import llama_cpp
 
 from .errors import BadArgument, InvalidFile
 
-
 log = logging.getLogger(__name__)
 
 # user-facing name -> llama.cpp LLAMA_FTYPE_* constant name
