@@ -67,7 +67,10 @@ def default_session(tmp_path_factory):
     state = seed_state(tmp_path_factory.mktemp("state"))
     draft = os.environ.get("OMNIDRAFT_TEST_DRAFT", models.SERVED_DRAFT)
     target = os.environ.get("OMNIDRAFT_TEST_TARGET", TEST_TARGET)
-    s = Session(Settings(target=target, draft=draft, threads=2, n_ctx=2048, draft_n_ctx=2048,
+    # fast kernels named, not auto: auto would time both modes twice at the first start (18 of this fixture's
+    # 30 s on the 2-core Xeon VM); its choice is tests/test_kernel_modes.py's subject.  A target whose fast rows
+    # may not verify still loads exact (runtime.invariance.load_target).
+    s = Session(Settings(target=target, draft=draft, threads=2, n_ctx=2048, draft_n_ctx=2048, kernels="fast",
                          state_dir=str(state))).warm_up()
     yield s
     s.close()

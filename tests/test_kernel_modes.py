@@ -152,11 +152,15 @@ def test_a_small_target_reads_long_prompts_in_small_batches_and_stays_lossless(d
     assert final.stats.proposed > 0 and final.token_ids == target_reference(s.target, pin, params)
 
 
-def test_session_picks_a_mode_and_caches_its_fidelity(default_session):
+def test_auto_on_the_real_target_picks_a_verifying_mode_and_caches_both_fidelities(default_session):
+    """``auto`` on the suite's real target: the session runs fast kernels (named in conftest), so auto measures
+    the exact mode it lacks, keeps both fidelities in the state dir, and picks a mode whose batches verify."""
     s = default_session
-    assert s.plan.mode in ("exact", "fast")
-    assert s.plan.max_batch >= 2
+    assert s.plan.mode == s.target.mode and s.plan.max_batch >= 2
     cache = s.state_dir / "invariance.json"
+    engine, plan = invariance.load_target(s.target.path, s.settings.n_ctx, s.settings.threads, "auto", cache)
+    engine.close()
+    assert plan.mode in ("exact", "fast") and plan.max_batch >= 2
     for mode in ("exact", "fast"):
         cfg = type(s.target.config)(n_ctx=s.settings.n_ctx, n_threads=s.settings.threads,
                                     batch_invariant=(mode == "exact"))

@@ -12,8 +12,9 @@ PROMPTS = ["def fibonacci(n):\n", "The quick brown fox", "日本語の文章：�
 
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory):
+    # exact kernels named, not auto, whose first start times both modes twice (tests/test_kernel_modes.py)
     s = Session(Settings(target="gemma3-270m", threads=2, n_ctx=1024, draft_n_ctx=1024, policy="fixed", k=3,
-                         state_dir=str(seed_state(tmp_path_factory.mktemp("gemma")))))
+                         kernels="exact", state_dir=str(seed_state(tmp_path_factory.mktemp("gemma")))))
     yield s
     s.close()
 
