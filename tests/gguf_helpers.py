@@ -122,6 +122,7 @@ def tiny_gguf(tmp_path_factory, arch: str = "llama", vocab_name: str | None = No
     base = root / f"{stem}.gguf"
     if not base.exists():
         make_tiny_gguf(arch, base, vocab_name, outtype, seed, tokenizer_from_hf)
+        _trusted(base)
     if quant is None:
         return base
     out = root / f"{stem}-{quant}.gguf"
@@ -129,7 +130,17 @@ def tiny_gguf(tmp_path_factory, arch: str = "llama", vocab_name: str | None = No
         from gguf_tools.quantize import quantize
 
         quantize(base, out, quant, progress=False)
+        _trusted(out)
     return out
+
+
+def _trusted(path: Path) -> None:
+    """Made by the product's own converter and quantizer, like the model cache's re-quantized copies: marked
+    trusted as those are, so that each load skips the child process that checks a file (16 of them, 12 s of the
+    suite).  tests/test_hardening_loadcheck.py tests that check; the files tests write themselves still get it."""
+    from omnidraft.llama import loadcheck
+
+    loadcheck.mark_trusted(path)
 
 
 def tiny_hf_dir(tmp_path_factory, arch: str = "llama", seed: int = 0) -> Path:

@@ -66,6 +66,28 @@ def test_the_verdict_is_kept_per_file(tmp_path, monkeypatch):
         Engine(good, cfg)
 
 
+def test_verdicts_of_files_that_are_gone_are_dropped_at_the_next_write(tmp_path):
+    """The table is read at every load: a deleted file's verdicts (a retired drafter version, a test's temporary
+    model) leave it when another verdict is written, those of files still there stay."""
+    import json
+
+    cfg = EngineConfig(n_ctx=512, n_threads=2, batch_invariant=False)
+    gone, kept, new = (crafted(tmp_path, "llama.block_count", 0, name) for name in ("gone.gguf", "kept.gguf",
+                                                                                    "new.gguf"))
+    for path in (gone, kept):
+        with pytest.raises(InvalidModelFile):
+            Engine(path, cfg)
+    loadcheck.mark_trusted(models.resolve(DRAFT))
+    table = json.loads(loadcheck.verdicts_path().read_text())
+    assert sum(str(gone) in k for k in table) == 1 and len(table) == 3
+    gone.unlink()
+    with pytest.raises(InvalidModelFile):
+        Engine(new, cfg)
+    table = json.loads(loadcheck.verdicts_path().read_text())
+    assert not [k for k in table if str(gone) in k]
+    assert [sum(str(p) in k for k in table) for p in (kept, new, models.resolve(DRAFT))] == [1, 1, 1]
+
+
 def test_the_server_keeps_serving_and_reports_a_drafter_that_aborts_llama_cpp(default_session, tmp_path):
     from omnidraft.online.registry import DrafterRegistry
     from omnidraft.server.cli import WatchedRegistry

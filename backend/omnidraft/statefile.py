@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from omnidraft.errors import BadRequest
@@ -36,14 +37,17 @@ def read(path: Path, key: str) -> dict | None:
     return entry if isinstance(entry, dict) else None
 
 
-def write(path: Path, key: str, entry: dict | None) -> None:
-    """Write (or, with None, drop) one entry; the other entries are kept.  A crash mid-write leaves the old file."""
+def write(path: Path, key: str, entry: dict | None, keep: Callable[[str], bool] | None = None) -> None:
+    """Write (or, with None, drop) one entry; the other entries are kept, those whose key ``keep`` refuses
+    excepted (a table keyed by files that come and go).  A crash mid-write leaves the old file."""
     path = Path(path)
     try:
         table = json.loads(path.read_text())
         table = table if isinstance(table, dict) else {}
     except (OSError, ValueError):
         table = {}
+    if keep is not None:
+        table = {k: v for k, v in table.items() if keep(k)}
     if entry is None:
         table.pop(key, None)
     else:

@@ -61,7 +61,7 @@ def ensure_loadable(path: str | os.PathLike, config) -> None:
         if verdict is None:
             verdict = check_in_child(path, [config])
             if verdict.get("final", True):
-                statefile.write(verdicts_path(), key, verdict)
+                _remember(key, verdict)
         _memo[key] = verdict
     if not verdict["ok"]:
         raise InvalidModelFile(f"{path}: refused, llama.cpp cannot use this model ({verdict['why']})")
@@ -92,8 +92,21 @@ def check_together(path: str | os.PathLike, configs) -> None:
         verdict = check_in_child(path, list(todo.values()))
         if verdict["ok"]:
             for key in todo:
-                statefile.write(verdicts_path(), key, verdict)
+                _remember(key, verdict)
                 _memo[key] = verdict
+
+
+def _remember(key: str, verdict: dict) -> None:
+    """Keep ``verdict`` in the cache file, and drop the verdicts of files that are gone: adaptation publishes and
+    retires drafter versions, tests write models into temporary folders, and the table (read at every load)
+    grew by every such file (1,482 entries, 435 kB, after a few dozen test runs)."""
+    statefile.write(verdicts_path(), key, verdict, keep=_file_exists)
+
+
+def _file_exists(key: str) -> bool:
+    """Whether the file a verdict's key names (``_key``, ``_file_key``) is still there."""
+    parts = key.split("|")
+    return os.path.exists(parts[1] if parts[0] == "trusted" else parts[0])
 
 
 def _known(key: str) -> dict | None:
@@ -155,7 +168,7 @@ def mark_trusted(path: str | os.PathLike) -> None:
         return
     with _lock:
         if not statefile.read(verdicts_path(), key):
-            statefile.write(verdicts_path(), key, {"trusted": True})
+            _remember(key, {"trusted": True})
         _memo[key] = {"trusted": True}
 
 
