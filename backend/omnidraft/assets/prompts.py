@@ -33,6 +33,7 @@ import re
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,60 +129,55 @@ def _humaneval(seed: int) -> PromptSet:
 
 # -------------------------------------------------------------- stdlib sets
 @functools.cache
-def _stdlib_functions() -> tuple[Item, ...]:
-    """Every documented stdlib function head, in file order (parsing the stdlib takes seconds: once per
-    process; the stdlib does not change under a running process)."""
-    items = []
+def _stdlib_parsed() -> tuple[tuple[Item, ...], tuple[tuple[str, str], ...]]:
+    """Every documented stdlib function head (in file order), and (module, docstring) for every module with one of
+    at least 200 characters: one parse of each file for both (parsing the stdlib takes seconds: once per process;
+    the stdlib does not change under a running process)."""
+    items, docs = [], []
     for module, path in stdlib_files():
         try:
             src = path.read_text(encoding="utf-8")
             tree = ast.parse(src)
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
-        lines = src.splitlines(keepends=True)
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
-                continue
-            doc = node.body[0]
-            if not (isinstance(doc, ast.Expr) and isinstance(getattr(doc, "value", None), ast.Constant)
-                    and isinstance(doc.value.value, str)) or len(node.body) < 2:
-                continue
-            head = "".join(lines[node.lineno - 1: doc.end_lineno])
-            indent = len(head) - len(head.lstrip())
-            prompt = "".join(line[indent:] if line[:indent].isspace() else line for line in head.splitlines(True))
-            if 80 <= len(prompt) <= 1500:
-                items.append(Item(f"{module}:{node.name}:{node.lineno}", prompt, False,
-                                  "heldout" if stdlib_heldout(module) else "stream"))
-    return tuple(items)
+        items.extend(_function_heads(module, src, tree))
+        doc = ast.get_docstring(tree)
+        if doc and len(doc) >= 200:
+            docs.append((module, doc))
+    return tuple(items), tuple(docs)
+
+
+def _function_heads(module: str, src: str, tree: ast.Module) -> Iterator[Item]:
+    lines = src.splitlines(keepends=True)
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
+            continue
+        doc = node.body[0]
+        if not (isinstance(doc, ast.Expr) and isinstance(getattr(doc, "value", None), ast.Constant)
+                and isinstance(doc.value.value, str)) or len(node.body) < 2:
+            continue
+        head = "".join(lines[node.lineno - 1: doc.end_lineno])
+        indent = len(head) - len(head.lstrip())
+        prompt = "".join(line[indent:] if line[:indent].isspace() else line for line in head.splitlines(True))
+        if 80 <= len(prompt) <= 1500:
+            yield Item(f"{module}:{node.name}:{node.lineno}", prompt, False,
+                       "heldout" if stdlib_heldout(module) else "stream")
 
 
 def _stdlib_code(seed: int, limit: int = 400) -> PromptSet:
-    items = list(_stdlib_functions())
+    items = list(_stdlib_parsed()[0])
     random.Random(seed).shuffle(items)
     items = items[:limit]
     return PromptSet("stdlib-code", VERSION, f"Python {sys.version.split()[0]} standard library", "PSF-2.0", items)
 
 
 @functools.cache
-def _docstrings() -> tuple[tuple[str, str], ...]:
-    """(module, docstring) for every stdlib module with one of at least 200 characters (parsed once)."""
-    out = []
-    for module, path in stdlib_files():
-        try:
-            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        if doc and len(doc) >= 200:
-            out.append((module, doc))
-    return tuple(out)
-
-
 def _docs(seed: int, limit: int = 200) -> PromptSet:
     asks = ["Summarise this passage from the Python documentation in two sentences:",
             "Explain to a beginner what this part of the Python documentation says:",
             "List the three most important points of this Python documentation passage:"]
     items = []
-    for module, doc in _docstrings():
+    for module, doc in _stdlib_parsed()[1]:
         passage = doc[:1200]
         ask = asks[stable_hash(module) % len(asks)]
         items.append(Item(f"{module}:doc", f"{ask}\n\n{passage}", True,
