@@ -30,12 +30,10 @@ def test_prompt_sets_are_deterministic_and_split_by_module():
 
 
 def test_bench_run_writes_json_markdown_and_plots(tmp_path):
-    # one kernel mode named: a fresh llama.cpp build (every CI run) measures it here, not both twice (auto's
-    # choice is tested in tests/test_kernel_modes.py); the suite's q4_0_pure copy in fast mode, whose measurement
-    # and passes cost half the shipped Q4_K_M's exact ones (33 s of this test in CI before)
+    # --kernels exact: a fresh llama.cpp build (every CI run) measures one kernel mode here, not both twice
+    # (auto's choice is tested on the suite's session: tests/test_kernel_modes.py)
     r = subprocess.run([sys.executable, "-m", "omnidraft.apps.cli", "bench", "run", "--threads", "2",
-                        "--targets", "qwen2.5-coder-0.5b:q4_0_pure", "--sets", "humaneval", "--n", "1",
-                        "--kernels", "fast",
+                        "--targets", "qwen2.5-coder-0.5b", "--sets", "humaneval", "--n", "1", "--kernels", "exact",
                         "--max-tokens", "8", "--ks", "2", "--methods", "target,omnidraft,prompt-lookup",
                         "--out", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
