@@ -66,8 +66,6 @@ except SystemExit:
 print("loaded:", *(m for m in ("omnidraft.bench.cli", "omnidraft.server.cli", "flask", "omnidraft.apps.adapt")
                    if m in sys.modules))
 """
-
-
 EVERY = "omnidraft.bench.cli omnidraft.server.cli flask omnidraft.apps.adapt"
 
 

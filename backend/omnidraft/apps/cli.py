@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["gguf"]:
         return gguf_main(argv[1:])
-    args = build_parser(extras=argv[:1] not in [[c] for c in CORE_COMMANDS]).parse_args(argv)
+    args = build_parser(extras=not argv or argv[0] not in CORE_COMMANDS).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:

@@ -213,7 +213,7 @@ def source_files() -> list[SourceFile]:
 
 @functools.cache
 def _source_files() -> tuple[SourceFile, ...]:
-    # walked once per process, as the stdlib is parsed once (prompts._stdlib_functions): the toolchains do not
+    # walked once per process, as the stdlib is parsed once (prompts._stdlib_parsed): the toolchains do not
     # change under a running process, and a walk takes 1-2 s on 2 cores, which a benchmark's or distillation's
     # sets each paid (8 walks, 11 s, in the test suite)
     return tuple(f for lang, root, pat in _CODE_ROOTS for f in _walk(lang, root, pat)) + tuple(_java())

@@ -171,7 +171,6 @@ def _stdlib_code(seed: int, limit: int = 400) -> PromptSet:
     return PromptSet("stdlib-code", VERSION, f"Python {sys.version.split()[0]} standard library", "PSF-2.0", items)
 
 
-@functools.cache
 def _docs(seed: int, limit: int = 200) -> PromptSet:
     asks = ["Summarise this passage from the Python documentation in two sentences:",
             "Explain to a beginner what this part of the Python documentation says:",
