@@ -43,6 +43,23 @@ def test_flags_name_each_isa_and_leave_amx_off(monkeypatch):
     assert "-DGGML_AMX_INT8=OFF" in llama_build.cmake_args("safe", XEON_FLAGS)
 
 
+def test_cpu_identity_names_the_core_that_a_vm_hides():
+    """VMs report "AMD EPYC" for a Zen 3, a Zen 4 and a Zen 5 alike: the family/model pair tells them apart."""
+    def cpuinfo(family: int, model: int, flags: str) -> str:
+        return (f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\n"
+                f"model name\t: AMD EPYC\nflags\t\t: fpu {flags}\n\nprocessor\t: 1\nmodel name\t: other\n")
+    milan = llama_build.cpu_identity(cpuinfo(25, 1, "avx2 fma"))
+    assert milan == {"name": "AMD EPYC", "family": "25", "model": "1", "core": "Zen 3", "flags": ["avx2"]}
+    assert llama_build.cpu_identity(cpuinfo(25, 17, "avx2 avx512f avx512_vnni"))["core"] == "Zen 4"
+    turin = llama_build.cpu_identity(cpuinfo(26, 2, "avx2 avx_vnni avx512f avx512_vnni"))
+    assert turin["core"] == "Zen 5" and turin["flags"] == ["avx2", "avx_vnni", "avx512f", "avx512_vnni"]
+    intel = "vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\nflags\t\t: avx2 amx_int8\n"
+    assert llama_build.cpu_identity(intel) | {"name": ""} == {"name": "", "family": "6", "model": "207", "core": "",
+                                                            "flags": ["avx2", "amx_int8"]}
+    phone = "processor\t: 0\nFeatures\t: fp asimd asimddp i8mm\n"
+    assert llama_build.cpu_identity(phone)["flags"] == ["asimddp", "i8mm"]
+
+
 def test_installed_build_is_the_one_setup_makes():
     assert llama_build.problems() == []
     feats = llama_build.compiled_features()

@@ -35,15 +35,8 @@ def _meminfo_gib() -> float | None:
 
 
 def cpu_name() -> str:
-    """The CPU's model name, as figures name the machine that gave them."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU as figures name the machine that gave them: model name, family/model and core, speed flags."""
+    return llama_build.cpu_summary()
 
 
 def build_section() -> tuple[list[str], list[str]]:

@@ -10,21 +10,16 @@ from pathlib import Path
 
 import llama_cpp
 
-from omnidraft.llama.build import has_llamafile
+from omnidraft.llama.build import cpu_identity, has_llamafile
 from omnidraft.speculative.stats import STEP_PARTS
 
 
 def machine(gpu: bool = False) -> dict:
     """The CPU, the build and (``gpu``) the GPUs nvidia-smi names, for every result file."""
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(), "system": platform.system(),
+    ident = cpu_identity()
+    return {"cpu": ident["name"], "cpu_family": ident["family"], "cpu_model": ident["model"],
+            "cpu_core": ident["core"], "cpu_flags": ident["flags"], "cores": os.cpu_count(),
+            "machine": platform.machine(), "system": platform.system(),
             "python": platform.python_version(), "llama_cpp_python": llama_cpp.__version__,
             "llamafile_kernels": has_llamafile(), **({"gpu": _gpus(), "gpu_offload": bool(
                 llama_cpp.llama_supports_gpu_offload())} if gpu else {})}
