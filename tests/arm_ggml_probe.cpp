@@ -9,8 +9,9 @@
 // - the hooks really ran: the test links with -Wl,--wrap on the two functions the hooks call
 //   (ggml_sbq4_mul_mat_as from repack.cpp, ggml_sbk_mul_mat from ggml-cpu.c), and the wrappers below count
 //   the products they took (and the Q4_0 layout): some with OMNIDRAFT_SBQ4=1, none with =0.  On ARM the
-//   outputs cannot tell: ggml's own dotprod kernels do the same float operations in the same order, so
-//   they are often bit-equal to ours.
+//   outputs cannot tell: ggml's own dotprod kernels do the same float operations in the same order as our
+//   dotprod variants, so they are often bit-equal to ours (less often to the i8mm ones, which sum otherwise).
+//   Which variant ran is the header's (sbq4_variant, sbk_variant: the one each hook's products go through).
 // OMNIDRAFT_PROBE_DRIFT=1 moves one value of one batch by one ulp: the test's proof that the check can fail.
 // Prints one line per case and "ok" / "FAILED n"; exits non-zero on any failure.
 #include "ggml.h"

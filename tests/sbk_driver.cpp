@@ -4,49 +4,60 @@
 //   aarch64-linux-gnu-g++ -O2 -std=c++17 -march=armv8.2-a+dotprod -static -DSBK_STANDALONE
 //       tests/sbk_driver.cpp backend/omnidraft/llama/patch/sbk.cpp -o sbk_driver
 //
-//   sbk_driver --info           prints "variant=V dotprod=D" (D: the CPU's hwcap, 1/0; -1 off aarch64)
-//   sbk_driver [--force] < in   runs a case, writes the results to stdout
+//   sbk_driver --info                    prints "variant=V dotprod=D i8mm=I" (D, I: the CPU's hwcaps, 1/0;
+//                                        -1 off aarch64 Linux)
+//   sbk_driver [--variant V] [--split S] < in
+//                                        runs a case through sbk_gemm, or through variant V (sbk_gemm_as);
+//                                        --split: the batched calls take weight rows [0, S) and [S, rows)
+//                                        separately (the one-row calls take them all at once)
 //
 // Input, little-endian: "SBKD", int32 type, rows, n (1..8 activation rows given), int64 k, uint64 weight
 // row bytes, activation row bytes; then rows * weight row bytes, then n * activation row bytes.
-// Output: int32 variant, dotprod, all_ok (every sbk_gemm call took the case); then float32 one[n][rows]
-// (activation row j alone, for each j), then for m = 1..n: float32 batch_m[m][rows] (the first m rows
-// in one call).  Refused calls leave NaN.
+// Output: int32 variant (the one that ran), dotprod, all_ok (every call took the case); then float32
+// one[n][rows] (activation row j alone, for each j), then for m = 1..n: float32 batch_m[m][rows] (the
+// first m rows in one call).  Refused calls leave NaN.
 //
-// A variant-4 build needs a CPU with dotprod: without it (hwcap asimddp clear) the driver says so and
-// exits 3 before running a kernel, unless --force (which then dies of SIGILL: the check is real).
+// The aarch64 variants need a CPU with dotprod: without it (hwcap asimddp clear) the driver says so and
+// exits 3 before running a kernel, unless a variant is forced (which then dies of SIGILL: the check is real).
 #include "../backend/omnidraft/llama/patch/sbk.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <vector>
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
-#ifndef HWCAP_ASIMDDP
-#define HWCAP_ASIMDDP (1 << 20)
-#endif
-static int cpu_dotprod() { return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0; }
+static int hwcap_bit(unsigned long type, unsigned long bit) { return (getauxval(type) & bit) != 0; }
+static int cpu_dotprod() { return hwcap_bit(AT_HWCAP, 1UL << 20); }
+static int cpu_i8mm() { return hwcap_bit(AT_HWCAP2, 1UL << 13); }
 #else
 static int cpu_dotprod() { return -1; }
+static int cpu_i8mm() { return -1; }
 #endif
 
 template <class T> static bool get(T * v) { return fread(v, sizeof(T), 1, stdin) == 1; }
 
 int main(int argc, char ** argv) {
-    const int variant = ggml_cpu_sbk_variant(), dotprod = cpu_dotprod();
-    bool force = false;
+    int variant = ggml_cpu_sbk_variant(), split = 0;
+    const int dotprod = cpu_dotprod();
+    bool forced = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--info") == 0) {
-            printf("variant=%d dotprod=%d\n", variant, dotprod);
+            printf("variant=%d dotprod=%d i8mm=%d\n", variant, dotprod, cpu_i8mm());
             return 0;
         }
-        force = force || strcmp(argv[i], "--force") == 0;
+        if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc) {
+            variant = atoi(argv[++i]);
+            forced = true;
+        } else if (strcmp(argv[i], "--split") == 0 && i + 1 < argc) {
+            split = atoi(argv[++i]);
+        }
     }
-    if (variant == 4 && dotprod == 0 && !force) {
-        fprintf(stderr, "sbk_driver: variant 4 (NEON dotprod) needs a CPU with dotprod; this one has none\n");
+    if (variant >= SBK_NEON_DOTPROD && dotprod == 0 && !forced) {
+        fprintf(stderr, "sbk_driver: variant %d (NEON) needs a CPU with dotprod; this one has none\n", variant);
         return 3;
     }
     char magic[4];
@@ -63,15 +74,23 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "sbk_driver: short input\n");
         return 2;
     }
+    auto gemm = [&](int64_t r0, int64_t r1, const uint8_t * a, int m, float * dst) {
+        return forced ? sbk_gemm_as(variant, type, k, w.data(), wrb, r0, r1, a, arb, m, dst, rows)
+                      : sbk_gemm(type, k, w.data(), wrb, r0, r1, a, arb, m, dst, rows);
+    };
     // one[j] = row j alone; then batch_m for m = 1..n
     std::vector<float> out((size_t) n * rows + (size_t) n * (n + 1) / 2 * rows, NAN);
     int32_t all_ok = 1;
     float * dst = out.data();
     for (int j = 0; j < n; j++, dst += rows) {
-        all_ok &= sbk_gemm(type, k, w.data(), wrb, 0, rows, act.data() + j * arb, arb, 1, dst, rows);
+        all_ok &= gemm(0, rows, act.data() + j * arb, 1, dst);
     }
     for (int m = 1; m <= n; m++) {
-        all_ok &= sbk_gemm(type, k, w.data(), wrb, 0, rows, act.data(), arb, m, dst, rows);
+        if (split > 0 && split < rows) {
+            all_ok &= gemm(0, split, act.data(), m, dst) & gemm(split, rows, act.data(), m, dst);
+        } else {
+            all_ok &= gemm(0, rows, act.data(), m, dst);
+        }
         dst += (size_t) m * rows;
     }
     const int32_t head[3] = {variant, dotprod, all_ok};

@@ -180,23 +180,24 @@ def header(out: str) -> dict[str, int | str]:
     return {"sbq4": int(m[1]), "sbk": int(m[2]), "dotprod": int(m[3]), "i8mm": int(m[4]), "repack": m[5]}
 
 
-# (build, qemu CPU model, sbq4 variant the hwcaps pick, whether ggml's i8mm is on: it repacks Q4_0 to 4x8
-# (SBQ4_4X8 = 3) with it, 4x4 (SBQ4_4X4 = 2) without).  cortex-a76 and neoverse-n1: dotprod, no i8mm
-# (phone-class cores); max: every feature qemu has, i8mm too.  A dotprod build on max: ggml repacks to 4x4
-# (its i8mm is off at compile time) and sbq4 runs its i8mm variant (GCC builds carry it through a target
-# attribute).  The i8mm build runs on max only: it is compiled for i8mm throughout.
-CASES = [("dotprod", "cortex-a76", 4, 0), ("dotprod", "neoverse-n1", 4, 0), ("dotprod", "max", 5, 0),
-         ("i8mm", "max", 5, 1)]
+# (build, qemu CPU model, sbq4 and sbk variants the hwcaps pick (4 NEON dotprod, 5 NEON i8mm), whether
+# ggml's i8mm is on: it repacks Q4_0 to 4x8 (SBQ4_4X8 = 3) with it, 4x4 (SBQ4_4X4 = 2) without).  cortex-a76
+# and neoverse-n1: dotprod, no i8mm (phone-class cores); max: every feature qemu has, i8mm too.  A dotprod
+# build on max: ggml repacks to 4x4 (its i8mm is off at compile time) and sbq4 and sbk run their i8mm
+# variants (GCC builds carry them through target attributes).  The i8mm build runs on max only: it is
+# compiled for i8mm throughout.  sbk's variant is the one its hook's products run (ggml_sbk_mul_mat asks it).
+CASES = [("dotprod", "cortex-a76", 4, 4, 0), ("dotprod", "neoverse-n1", 4, 4, 0), ("dotprod", "max", 5, 5, 0),
+         ("i8mm", "max", 5, 5, 1)]
 LINE = re.compile(r"^(\w+) k=\d+ threads=(\d) repacked=(yes|no): hook took (\d+) products \(layout (\d)\), "
                   r"0 expected with SBQ4=0: (\d+); batches 1..8 identical to one row: (yes|NO); "
                   r"same with 1 and 3 threads: (yes|NO); max \|ours - ggml\| / max \|ggml\| = ([0-9.e+-]+)", re.M)
 
 
-@pytest.mark.parametrize("build_name,cpu,sbq4,i8mm", CASES, ids=[f"{b}-{c}" for b, c, _, _ in CASES])
-def test_real_ggml_rows_identical_to_decoding(probes, build_name, cpu, sbq4, i8mm):
+@pytest.mark.parametrize("build_name,cpu,sbq4,sbk,i8mm", CASES, ids=[f"{b}-{c}" for b, c, _, _, _ in CASES])
+def test_real_ggml_rows_identical_to_decoding(probes, build_name, cpu, sbq4, sbk, i8mm):
     proc = run_probe(probes[build_name], cpu)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("ok"), proc.stdout + proc.stderr
-    assert header(proc.stdout) == {"sbq4": sbq4, "sbk": 4, "dotprod": 1, "i8mm": i8mm, "repack": "yes"}
+    assert header(proc.stdout) == {"sbq4": sbq4, "sbk": sbk, "dotprod": 1, "i8mm": i8mm, "repack": "yes"}
     rows = LINE.findall(proc.stdout)
     assert sorted({r[0] for r in rows}) == ["q4_0", "q4_K", "q5_0", "q6_K", "q8_0"] and len(rows) == 10, proc.stdout
     for fmt, _, repacked, took, layout, theirs, identical, threads_same, rel in rows:

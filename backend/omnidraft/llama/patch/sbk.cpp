@@ -1,5 +1,6 @@
 // sbk: omnidraft's small-batch products for Q4_K, Q6_K, Q8_0 and Q5_0 weights (ggml's CPU backend;
-// x86 AVX2 and up, and aarch64 NEON with dotprod, checked under qemu: the real ARM build does not carry it yet).
+// x86 AVX2 and up, and aarch64 NEON with dotprod, plus i8mm chosen at run time from the CPU's hwcaps; the
+// aarch64 variants are checked under qemu only, alone and inside a cross-built ggml, never timed on ARM).
 //
 // Why.  Q4_K_M files (what users download) hold Q4_K and Q6_K matrices; ggml multiplies them by 1..7
 // rows with one vec_dot per (weight row, activation row), unpacking every weight block again for every
@@ -14,7 +15,9 @@
 // before one float multiply-add per block.  The activations are quantized by ggml, row by row, as for
 // any product.  Rows of a batched pass are therefore bit-identical to one-row decoding by
 // construction; decoding (n = 1) goes through here too, for that reason.  The result differs from
-// ggml's vec_dot only in float summation order.
+// ggml's vec_dot only in float summation order.  (aarch64's i8mm variant computes two weight rows and two
+// activation rows per instruction, each output in its own lane with its own accumulator: the same
+// argument, lane by lane; see its section.)
 //
 // Layouts (ggml-common.h).  Q4_K: 256 values, fp16 d and dmin, 12 bytes of 6-bit scales and mins for
 // 8 sub-blocks of 32, 128 bytes of nibbles (bytes 32p..32p+31 hold sub-block 2p in the low nibbles and
@@ -42,12 +45,13 @@
 #endif
 #elif defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
 #include <arm_neon.h>
-#define SBK_VARIANT 4
+#define SBK_VARIANT SBK_NEON_DOTPROD  // the whole file, as ggml-cpu; i8mm may come on top (SBK_I8MM_FN)
+#if defined(__linux__)
+#include <sys/auxv.h>
+#endif
 #else
 #define SBK_VARIANT 0
 #endif
-
-extern "C" int ggml_cpu_sbk_variant(void) { return SBK_VARIANT; }
 
 #if SBK_VARIANT > 0
 // ================================================================ every architecture: layouts, side table
@@ -342,7 +346,12 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
 }  // namespace
 
 #elif SBK_VARIANT == 4  // aarch64
-// ================================================================ aarch64: NEON with dotprod
+// ================================================================ aarch64: NEON with dotprod, and i8mm
+// Two variants: NEON dotprod (the whole file is built for it, like ggml-cpu) and NEON i8mm (in GCC builds
+// its functions carry their own target attribute, so a dotprod build has both; clang builds it where the
+// flags enable i8mm), chosen once per process from the hwcaps (ggml_cpu_sbk_variant).  The dotprod one
+// first, one weight row at a time.
+//
 // The x86 section's algorithm, block for block: each weight block unpacked once, one integer sum per
 // activation row and block (exact), then one float multiply-add per row and block into that row's own
 // accumulator; the same templates for 1..8 rows, so every output gets the same instructions whatever n is.
@@ -357,8 +366,8 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
 // - Float vectors have 4 lanes: Q4_K's 8 mins take two multiply-adds.
 // - Floats are only combined through explicit vfmaq_f32 or a product stored as is, never a multiply feeding
 //   an add, so -ffp-contract (GCC's default fuses in GNU mode) cannot change a result between the templates.
-// Selected at compile time (-march=armv8.2-a+dotprod or a CPU that has it), like ggml's own ARM kernels:
-// a binary built so needs a CPU with dotprod (Linux hwcap "asimddp") whatever this file does.
+// dotprod is required at compile time (-march=armv8.2-a+dotprod or a CPU that has it), like ggml's own ARM
+// kernels: a binary built so needs a CPU with dotprod (Linux hwcap "asimddp") whatever this file does.
 namespace {
 
 inline float fp16(const uint8_t * p) {
@@ -449,9 +458,18 @@ void q4k_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
 }
 
 // ---------------------------------------------------------------- Q6_K x Q8_K
+// Values 0..63 (low nibble | two high bits << 4) from 16 bytes each of ql (l0: values v.., l1: v+32..) and
+// qh (hb): q[k] holds values v + 32k.., for a half's k-th quarter.
+inline void q6k_values(uint8x16_t l0, uint8x16_t l1, uint8x16_t hb, int8x16_t q[4]) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m30 = vdupq_n_u8(0x30);
+    q[0] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(hb, 4), m30)));
+    q[1] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(hb, 2), m30)));
+    q[2] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(hb, m30)));
+    q[3] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(hb, 2), m30)));
+}
+
 template <int N>
 void q6k_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
-    const uint8x16_t m4 = vdupq_n_u8(0x0F), m30 = vdupq_n_u8(0x30);
     const int32x4_t zero = vdupq_n_s32(0);
     float32x4_t acc[N];
     SBK_UNROLL
@@ -476,13 +494,8 @@ void q6k_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
             SBK_UNROLL
             for (int h = 0; h < 2; h++) {  // 16 bytes at a time: q[k] holds values 128c + 32k + 16h.. of group 8c+2k+h
                 const uint8x16_t l0 = vld1q_u8(ql + 64 * c + 16 * h), l1 = vld1q_u8(ql + 64 * c + 32 + 16 * h);
-                const uint8x16_t hb = vld1q_u8(qh + 32 * c + 16 * h);
-                const int8x16_t q[4] = {  // values 0..63: low nibble | two high bits << 4
-                    vreinterpretq_s8_u8(vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(hb, 4), m30))),
-                    vreinterpretq_s8_u8(vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(hb, 2), m30))),
-                    vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(hb, m30))),
-                    vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(hb, 2), m30))),
-                };
+                int8x16_t q[4];
+                q6k_values(l0, l1, vld1q_u8(qh + 32 * c + 16 * h), q);
                 SBK_UNROLL
                 for (int k = 0; k < 4; k++) {
                     const int32_t s = sc[8 * c + 2 * k + h];
@@ -566,6 +579,223 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
     }
 }
 
+// ---------------------------------------------------------------- NEON i8mm: two weight rows at a time
+// vmmlaq_s32(c, a, b) adds to c, a 2x2 int32 tile, the dot products of a's two 8-byte halves with b's: lane
+// 2u + v gets dot(a half u, b half v).  Weights go in a (halves: weight rows r and r+1), activations in b
+// (halves: activation rows j and j+1), so a tile's lanes are the outputs (r, j), (r, j+1), (r+1, j), (r+1, j+1)
+// and one instruction does 32 byte products against vdotq_s32's 16.  Each weight block is unpacked once for
+// the pair of rows (interleaved 8 bytes at a time, vzip on 64-bit lanes) and feeds every pair of activation
+// rows.  An odd last activation row is paired with itself, and a weight range's odd last row likewise
+// (row r+1 = row r); the twin's outputs are dropped.
+//
+// Exactness: a tile lane's integer sums are exact whatever its neighbours are, and the float operations
+// after them are lane-wise (convert, multiply by that output's own scales, vfmaq into that output's
+// accumulator, blocks in order), so an output gets the same bits whatever n is, whichever row it is paired
+// with and wherever a thread's range of weight rows starts: batched rows stay bit-identical to one-row
+// decoding.  Against the dotprod variant: a block's products are summed whole in one int32 (dotprod keeps
+// 4 lanes and adds them in float at the end), and Q4_K's mins and Q6_K's -32 are applied in integers
+// (below), so the two variants agree to float rounding, not bit for bit (the qemu test checks both).  The
+// scalar unpacking (Q4_K's scales, fp16 scales) is the dotprod variant's.
+//
+// Built where the compiler can target i8mm: a file compiled with it on (__ARM_FEATURE_MATMUL_INT8), or GCC
+// through each function's target attribute (clang 14's arm_neon.h declares vmmlaq only when the flags
+// enable it; as in sbq4.cpp).
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+#define SBK_I8MM_FN
+#elif !defined(__clang__)
+#define SBK_I8MM_FN __attribute__((target("+i8mm")))
+#endif
+
+#ifdef SBK_I8MM_FN
+// Halves 0 of a and b (pair_lo), or halves 1 (pair_hi): two rows' same 8 bytes, as one mmla operand.
+inline int8x16_t pair_lo(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+inline int8x16_t pair_hi(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+
+// A per-weight-row value on its two tile lanes (a, a, b, b), and a per-activation-row one (a, b, a, b).
+inline int32x4_t per_wrow(int32_t a, int32_t b) { return vcombine_s32(vdup_n_s32(a), vdup_n_s32(b)); }
+inline float32x4_t per_wrow(float a, float b) { return vcombine_f32(vdup_n_f32(a), vdup_n_f32(b)); }
+inline float32x4_t per_arow(float a, float b) {
+    const float32x2_t v = vset_lane_f32(b, vdup_n_f32(a), 1);
+    return vcombine_f32(v, v);
+}
+
+// The activation row paired with row j of n: j + 1, or j itself for an odd last row.
+constexpr int twin(int j, int n) { return j + 1 < n ? j + 1 : j; }
+
+// c + the tile of 16 values: w0 and w1 hold both weight rows' values 0..7 and 8..15 (pair_lo, pair_hi),
+// y and y2 the two activation rows' 16 bytes.
+SBK_I8MM_FN inline int32x4_t mmla16(int32x4_t c, int8x16_t w0, int8x16_t w1, const uint8_t * y, const uint8_t * y2) {
+    const int8x16_t a = s8(y), b = s8(y2);
+    return vmmlaq_s32(vmmlaq_s32(c, w0, pair_lo(a, b)), w1, pair_hi(a, b));
+}
+
+// The tile's outputs: weight row r's to out0[j * stride], row r+1's to out1[j * stride] (out1 null: an odd
+// last row, its twin dropped), activation row j+1's only where it is not a twin.
+template <int N>
+inline void store_tiles(const float32x4_t * acc, float * out0, float * out1, size_t stride) {
+    SBK_UNROLL
+    for (int j = 0; j < N; j += 2) {
+        out0[j * stride] = vgetq_lane_f32(acc[j / 2], 0);
+        if (j + 1 < N) {
+            out0[(j + 1) * stride] = vgetq_lane_f32(acc[j / 2], 1);
+        }
+        if (out1 != nullptr) {
+            out1[j * stride] = vgetq_lane_f32(acc[j / 2], 2);
+            if (j + 1 < N) {
+                out1[(j + 1) * stride] = vgetq_lane_f32(acc[j / 2], 3);
+            }
+        }
+    }
+}
+
+// The activation scales of rows j and twin(j, n) for block i, on the tile's lanes.
+inline float32x4_t act_scales(const acts & a, int64_t i, int j, int n) {
+    return per_arow(a.d[j * a.nb + i], a.d[twin(j, n) * a.nb + i]);
+}
+
+// acc[t] += the tiles' int32 sums * (weight row scale dw * activation scale), lane by lane: a block's one
+// vfmaq per output and term.
+template <int N>
+inline void add_tiles(float32x4_t * acc, const int32x4_t * sumi, float32x4_t dw, const acts & a, int64_t i) {
+    SBK_UNROLL
+    for (int j = 0; j < N; j += 2) {
+        acc[j / 2] = vfmaq_f32(acc[j / 2], vcvtq_f32_s32(sumi[j / 2]), vmulq_f32(dw, act_scales(a, i, j, N)));
+    }
+}
+
+// What the i8mm kernels share: the blocks in order, F::block<N> adding block i of weight rows x0 and x1 to
+// the (N + 1) / 2 tiles' float accumulators; then the outputs stored.
+template <class F, int N>
+SBK_I8MM_FN void mmla_pair(const uint8_t * x0, const uint8_t * x1, const acts & a, float * out0, float * out1,
+                           size_t stride) {
+    float32x4_t acc[(N + 1) / 2] = {};
+    for (int64_t i = 0; i < a.nb; i++, x0 += F::BYTES, x1 += F::BYTES) {
+        SBK_UNROLL
+        for (int o = 0; o < F::BYTES; o += 64) {  // the cache lines of a block, as the dotprod kernels fetch them
+            __builtin_prefetch(x0 + PREFETCH + o);
+            __builtin_prefetch(x1 + PREFETCH + o);
+        }
+        F::template block<N>(x0, x1, a, i, acc);
+    }
+    store_tiles<N>(acc, out0, out1, stride);
+}
+
+// Q4_K's mins in integers: the tile of sum over the 8 sub-blocks of min (weight row) times the activations'
+// 32-value sums (pairs of Q8_K's 16-value sums: |sum| <= 4096, times min <= 63, times 8: far inside int32).
+inline int32x4_t dot8(int16x8_t u, int16x8_t v) {
+    return vmlal_high_s16(vmull_s16(vget_low_s16(u), vget_low_s16(v)), u, v);
+}
+inline int32x4_t q4k_min_tile(const uint8_t * sm0, const uint8_t * sm1, const uint8_t * bs, const uint8_t * bs2) {
+    const int16x8_t m0 = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm0 + 8))), m1 = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm1 + 8)));
+    const int16x8_t p = vpaddq_s16(s16(bs), s16(bs + 16)), p2 = vpaddq_s16(s16(bs2), s16(bs2 + 16));
+    return vpaddq_s32(vpaddq_s32(dot8(m0, p), dot8(m0, p2)), vpaddq_s32(dot8(m1, p), dot8(m1, p2)));
+}
+
+struct q4k_mmla {
+    static constexpr int BYTES = Q4K_BYTES;
+    template <int N>
+    SBK_I8MM_FN static void block(const uint8_t * x0, const uint8_t * x1, const acts & a, int64_t i, float32x4_t * acc) {
+        const uint8x16_t m4 = vdupq_n_u8(0x0F);
+        uint8_t sm0[16], sm1[16];  // scales (bytes 0..7) and mins (8..15) of rows r and r+1
+        vst1q_u8(sm0, q4k_scales_mins(x0 + 4));
+        vst1q_u8(sm1, q4k_scales_mins(x1 + 4));
+        const uint8_t * y0 = a.q + i * Q8K_BYTES + 4;
+        int32x4_t sumi[(N + 1) / 2] = {};
+        SBK_UNROLL
+        for (int p = 0; p < 4; p++) {  // 32 bytes a row: sub-block 2p in the low nibbles, 2p+1 in the high ones
+            int8x16_t lo[4], hi[4];    // [2h], [2h+1]: both rows' values 16h..16h+7, 16h+8..16h+15
+            SBK_UNROLL
+            for (int h = 0; h < 2; h++) {
+                const int8x16_t b0 = s8(x0 + 16 + 32 * p + 16 * h), b1 = s8(x1 + 16 + 32 * p + 16 * h);
+                const uint8x16_t z[2] = {vreinterpretq_u8_s8(pair_lo(b0, b1)), vreinterpretq_u8_s8(pair_hi(b0, b1))};
+                SBK_UNROLL
+                for (int e = 0; e < 2; e++) {
+                    lo[2 * h + e] = vreinterpretq_s8_u8(vandq_u8(z[e], m4));
+                    hi[2 * h + e] = vreinterpretq_s8_u8(vshrq_n_u8(z[e], 4));
+                }
+            }
+            const int32x4_t sl = per_wrow((int32_t) sm0[2 * p], (int32_t) sm1[2 * p]);
+            const int32x4_t sh = per_wrow((int32_t) sm0[2 * p + 1], (int32_t) sm1[2 * p + 1]);
+            SBK_UNROLL
+            for (int j = 0; j < N; j += 2) {
+                const uint8_t * q = y0 + j * a.stride + 64 * p, * q2 = y0 + twin(j, N) * a.stride + 64 * p;
+                const int32x4_t tl = mmla16(mmla16(vdupq_n_s32(0), lo[0], lo[1], q, q2), lo[2], lo[3], q + 16, q2 + 16);
+                const int32x4_t th = mmla16(mmla16(vdupq_n_s32(0), hi[0], hi[1], q + 32, q2 + 32), hi[2], hi[3], q + 48, q2 + 48);
+                sumi[j / 2] = vmlaq_s32(vmlaq_s32(sumi[j / 2], tl, sl), th, sh);
+            }
+        }
+        int32x4_t mins[(N + 1) / 2];
+        SBK_UNROLL
+        for (int j = 0; j < N; j += 2) {
+            mins[j / 2] = q4k_min_tile(sm0, sm1, y0 + j * a.stride + QK_K, y0 + twin(j, N) * a.stride + QK_K);
+        }
+        add_tiles<N>(acc, sumi, per_wrow(fp16(x0), fp16(x1)), a, i);                // d * scale * q
+        add_tiles<N>(acc, mins, per_wrow(-fp16(x0 + 2), -fp16(x1 + 2)), a, i);      // - dmin * min
+    }
+};
+
+// Q6_K: the values less 32 fit a signed byte (-32..31), so the offset goes into the weights, once per pair of
+// weight rows, instead of through the activations' block sums for every activation row.
+struct q6k_mmla {
+    static constexpr int BYTES = Q6K_BYTES;
+    template <int N>
+    SBK_I8MM_FN static void block(const uint8_t * x0, const uint8_t * x1, const acts & a, int64_t i, float32x4_t * acc) {
+        const int8x16_t k32 = vdupq_n_s8(32);
+        const int8_t * sc0 = (const int8_t *) (x0 + 192), * sc1 = (const int8_t *) (x1 + 192);
+        const uint8_t * y0 = a.q + i * Q8K_BYTES + 4;
+        int32x4_t sumi[(N + 1) / 2] = {};
+        SBK_UNROLL
+        for (int c = 0; c < 2; c++) {  // two halves of 128 values
+            SBK_UNROLL
+            for (int h = 0; h < 2; h++) {  // q[e][k]: both rows' values 128c + 32k + 16h + 8e.., group 8c+2k+h
+                int8x16_t q[2][4];
+                const int o = 64 * c + 16 * h;
+                const int8x16_t l0[2] = {s8(x0 + o), s8(x1 + o)}, l1[2] = {s8(x0 + o + 32), s8(x1 + o + 32)};
+                const int8x16_t hb[2] = {s8(x0 + 128 + 32 * c + 16 * h), s8(x1 + 128 + 32 * c + 16 * h)};
+                q6k_values(vreinterpretq_u8_s8(pair_lo(l0[0], l0[1])), vreinterpretq_u8_s8(pair_lo(l1[0], l1[1])),
+                           vreinterpretq_u8_s8(pair_lo(hb[0], hb[1])), q[0]);
+                q6k_values(vreinterpretq_u8_s8(pair_hi(l0[0], l0[1])), vreinterpretq_u8_s8(pair_hi(l1[0], l1[1])),
+                           vreinterpretq_u8_s8(pair_hi(hb[0], hb[1])), q[1]);
+                SBK_UNROLL
+                for (int k = 0; k < 4; k++) {
+                    const int g = 8 * c + 2 * k + h, v = 128 * c + 32 * k + 16 * h;
+                    const int32x4_t s = per_wrow((int32_t) sc0[g], (int32_t) sc1[g]);
+                    const int8x16_t w0 = vsubq_s8(q[0][k], k32), w1 = vsubq_s8(q[1][k], k32);
+                    SBK_UNROLL
+                    for (int j = 0; j < N; j += 2) {
+                        const uint8_t * qy = y0 + j * a.stride + v, * qy2 = y0 + twin(j, N) * a.stride + v;
+                        sumi[j / 2] = vmlaq_s32(sumi[j / 2], mmla16(vdupq_n_s32(0), w0, w1, qy, qy2), s);
+                    }
+                }
+            }
+        }
+        add_tiles<N>(acc, sumi, per_wrow(fp16(x0 + 208), fp16(x1 + 208)), a, i);
+    }
+};
+
+template <class B>
+struct q8act_mmla {
+    static constexpr int BYTES = B::BYTES;
+    template <int N>
+    SBK_I8MM_FN static void block(const uint8_t * x0, const uint8_t * x1, const acts & a, int64_t i, float32x4_t * acc) {
+        const int8x16x2_t v0 = B::weights(x0), v1 = B::weights(x1);
+        const int8x16_t w[4] = {pair_lo(v0.val[0], v1.val[0]), pair_hi(v0.val[0], v1.val[0]),
+                                pair_lo(v0.val[1], v1.val[1]), pair_hi(v0.val[1], v1.val[1])};
+        int32x4_t sumi[(N + 1) / 2];
+        SBK_UNROLL
+        for (int j = 0; j < N; j += 2) {
+            const uint8_t * y = a.q + j * a.stride + i * Q80_BYTES + 2, * y2 = a.q + twin(j, N) * a.stride + i * Q80_BYTES + 2;
+            sumi[j / 2] = mmla16(mmla16(vdupq_n_s32(0), w[0], w[1], y, y2), w[2], w[3], y + 16, y2 + 16);
+        }
+        add_tiles<N>(acc, sumi, per_wrow(fp16(x0), fp16(x1)), a, i);
+    }
+};
+#endif  // SBK_I8MM_FN
+
 }  // namespace
 #endif  // aarch64
 
@@ -594,58 +824,114 @@ acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
 }
 
 using row_fn = void (*)(const uint8_t *, const acts &, float *, size_t);
+// Weight rows r and r+1 (x1, out1; out1 null where x1 is row r again, an odd last row).
+using pair_fn = void (*)(const uint8_t *, const uint8_t *, const acts &, float *, float *, size_t);
 
 template <int N> void q80_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q80_block, N>(x, a, o, s); }
 template <int N> void q50_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q50_block, N>(x, a, o, s); }
 
 #define SBK_TABLE(fn) \
     {nullptr, fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>}
-constexpr row_fn Q4K[SBK_MAX_ROWS + 1] = SBK_TABLE(q4k_row);
-constexpr row_fn Q6K[SBK_MAX_ROWS + 1] = SBK_TABLE(q6k_row);
-constexpr row_fn Q80[SBK_MAX_ROWS + 1] = SBK_TABLE(q80_row);
-constexpr row_fn Q50[SBK_MAX_ROWS + 1] = SBK_TABLE(q50_row);
+// [format][n]: Q4_K, Q6_K, Q8_0, Q5_0
+constexpr row_fn ROWS[4][SBK_MAX_ROWS + 1] = {SBK_TABLE(q4k_row), SBK_TABLE(q6k_row), SBK_TABLE(q80_row),
+                                              SBK_TABLE(q50_row)};
+#ifdef SBK_I8MM_FN
+#define SBK_PAIRS(F) \
+    {nullptr, mmla_pair<F, 1>, mmla_pair<F, 2>, mmla_pair<F, 3>, mmla_pair<F, 4>, \
+     mmla_pair<F, 5>, mmla_pair<F, 6>, mmla_pair<F, 7>, mmla_pair<F, 8>}
+constexpr pair_fn PAIRS[4][SBK_MAX_ROWS + 1] = {SBK_PAIRS(q4k_mmla), SBK_PAIRS(q6k_mmla),
+                                                SBK_PAIRS(q8act_mmla<q80_block>), SBK_PAIRS(q8act_mmla<q50_block>)};
+#endif
 
-// The row routine for a type and row count, and blocks per row; nullptr for what this file does not take.
-row_fn pick(int type, int n, int64_t k, int64_t * nb) {
-    if (n < 1 || n > SBK_MAX_ROWS) {
-        return nullptr;
+// A variant's routine for one format and row count: one weight row at a time (x86, NEON dotprod) or two
+// (NEON i8mm).  Empty for what this build does not take.
+struct kernel {
+    row_fn row = nullptr;
+    pair_fn pair = nullptr;
+    bool ok() const { return row != nullptr || pair != nullptr; }
+};
+
+// The kernel for a variant, type and row count, and blocks per row.
+kernel pick(int variant, int type, int n, int64_t k, int64_t * nb) {
+    const int f = type == SBK_TYPE_Q4_K ? 0 : type == SBK_TYPE_Q6_K ? 1 : type == SBK_TYPE_Q8_0 ? 2
+                : type == SBK_TYPE_Q5_0 ? 3 : -1;
+    if (n < 1 || n > SBK_MAX_ROWS || f < 0) {
+        return {};
     }
-    switch (type) {
-        case SBK_TYPE_Q4_K: *nb = k / QK_K; return Q4K[n];
-        case SBK_TYPE_Q6_K: *nb = k / QK_K; return Q6K[n];
-        case SBK_TYPE_Q8_0: *nb = k / 32; return Q80[n];
-        case SBK_TYPE_Q5_0: *nb = k / 32; return Q50[n];
-        default: return nullptr;
+    *nb = k / (f < 2 ? QK_K : 32);
+    kernel out;
+#ifdef SBK_I8MM_FN
+    if (variant == SBK_NEON_I8MM) {
+        out.pair = PAIRS[f][n];
+    }
+#endif
+    if (variant == SBK_VARIANT) {
+        out.row = ROWS[f][n];
+    }
+    return out;
+}
+
+// dst[j*stride + r] for weight rows [r0, r1), which may start or end on an odd row (ggml's chunks).
+void run_rows(const kernel & kn, const uint8_t * w, size_t w_row_bytes, int64_t r0, int64_t r1, const acts & a,
+              float * dst, size_t stride) {
+    if (kn.pair != nullptr) {
+        for (int64_t r = r0; r < r1; r += 2) {
+            const bool two = r + 1 < r1;
+            kn.pair(w + r * w_row_bytes, w + (two ? r + 1 : r) * w_row_bytes, a, dst + r, two ? dst + r + 1 : nullptr,
+                    stride);
+        }
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        kn.row(w + r * w_row_bytes, a, dst + r, stride);
     }
 }
 
 }  // namespace
 
-extern "C" int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
-                        const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride) {
+extern "C" int sbk_gemm_as(int variant, int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0,
+                           int64_t r1, const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride) {
     int64_t nb = 0;
-    const row_fn fn = pick(type, n, k, &nb);
-    if (fn == nullptr) {
-        return 0;
-    }
-    if (table_floats(type, n, nb) > TABLE_FLOATS) {
+    const kernel kn = pick(variant, type, n, k, &nb);
+    if (!kn.ok() || table_floats(type, n, nb) > TABLE_FLOATS) {
         return 0;
     }
     const acts a = prepare(type, (const uint8_t *) act, act_row_bytes, n, nb);
-    for (int64_t r = r0; r < r1; r++) {
-        fn((const uint8_t *) w + r * w_row_bytes, a, dst + r, dst_stride);
-    }
+    run_rows(kn, (const uint8_t *) w, w_row_bytes, r0, r1, a, dst, dst_stride);
     return 1;
 }
 
 #else  // SBK_VARIANT == 0: nothing to offer; ggml's own kernels run
 
-extern "C" int sbk_gemm(int, int64_t, const void *, size_t, int64_t, int64_t, const void *, size_t, int, float *,
-                        size_t) {
+extern "C" int sbk_gemm_as(int, int, int64_t, const void *, size_t, int64_t, int64_t, const void *, size_t, int,
+                           float *, size_t) {
     return 0;
 }
 
 #endif
+
+// Linux's hwcap bits (asm/hwcap.h), spelled out for libcs that lack the newer names.
+#define SBK_HWCAP_ASIMDDP (1ULL << 20)
+#define SBK_HWCAP2_I8MM (1ULL << 13)
+
+extern "C" int ggml_cpu_sbk_variant(void) {
+#if defined(SBK_I8MM_FN) && defined(__linux__)
+    // i8mm where the CPU has it: the hwcaps read once per process, the answer kept for every product
+    static const int variant = (getauxval(AT_HWCAP) & SBK_HWCAP_ASIMDDP) && (getauxval(AT_HWCAP2) & SBK_HWCAP2_I8MM)
+                                   ? SBK_NEON_I8MM : SBK_VARIANT;
+    return variant;
+#elif defined(__ARM_FEATURE_MATMUL_INT8)
+    return SBK_NEON_I8MM;  // no hwcaps to ask; the build needs i8mm anyway
+#else
+    return SBK_VARIANT;
+#endif
+}
+
+extern "C" int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
+                        const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride) {
+    return sbk_gemm_as(ggml_cpu_sbk_variant(), type, k, w, w_row_bytes, r0, r1, act, act_row_bytes, n, dst,
+                       dst_stride);
+}
 
 #ifndef SBK_STANDALONE
 // ---------------------------------------------------------------- the ggml side
@@ -661,7 +947,8 @@ extern "C" int ggml_sbk_takes(const ggml_tensor * op) {
     const ggml_tensor * x = op->src[1];
     int64_t nb = 0;
     // pick() takes the types and 1..8 rows; the rest: one contiguous matrix, f32 rows in and out
-    if (op->op != GGML_OP_MUL_MAT || pick(w->type, (int) x->ne[1], w->ne[0], &nb) == nullptr || w->ne[2] != 1 ||
+    if (op->op != GGML_OP_MUL_MAT || !pick(ggml_cpu_sbk_variant(), w->type, (int) x->ne[1], w->ne[0], &nb).ok() ||
+        w->ne[2] != 1 ||
         w->ne[3] != 1 || w->nb[1] != ggml_row_size(w->type, w->ne[0]) || x->type != GGML_TYPE_F32 || x->ne[2] != 1 ||
         x->ne[3] != 1 || op->type != GGML_TYPE_F32 || op->nb[0] != sizeof(float) ||
         table_floats(w->type, (int) x->ne[1], nb) > TABLE_FLOATS) {
@@ -681,7 +968,7 @@ extern "C" void ggml_sbk_mul_mat(const ggml_compute_params * params, ggml_tensor
     const ggml_tensor * w = op->src[0];
     const int n = (int) op->src[1]->ne[1];
     int64_t nb = 0;
-    const row_fn fn = pick(w->type, n, w->ne[0], &nb);
+    const kernel kn = pick(ggml_cpu_sbk_variant(), w->type, n, w->ne[0], &nb);
     const acts a = prepare(w->type, (const uint8_t *) wdata, row_size, n, nb);  // once per thread
     const int64_t nrows = w->ne[1];
     const size_t stride = op->nb[1] / sizeof(float);
@@ -689,9 +976,8 @@ extern "C" void ggml_sbk_mul_mat(const ggml_compute_params * params, ggml_tensor
     // thread computes a row never changes its value
     const int64_t nchunks = std::min<int64_t>(nrows, 4 * params->nth);
     for (int64_t c = params->ith; c < nchunks; c = ggml_threadpool_chunk_add(params->threadpool, 1)) {
-        for (int64_t r = nrows * c / nchunks; r < nrows * (c + 1) / nchunks; r++) {
-            fn((const uint8_t *) w->data + r * w->nb[1], a, (float *) op->data + r, stride);
-        }
+        run_rows(kn, (const uint8_t *) w->data, w->nb[1], nrows * c / nchunks, nrows * (c + 1) / nchunks, a,
+                 (float *) op->data, stride);
     }
 #else
     (void) params, (void) op, (void) wdata, (void) row_size;

@@ -1,7 +1,8 @@
 // sbk: omnidraft's small-batch products for the weight formats users download: Q4_K and Q6_K (Q4_K_M
 // files), Q5_0 and Q8_0 (which small models' Q4_K_M files add), and Q8_0 files; in ggml's plain layout
-// (no repacking); x86 AVX2 and up, aarch64 NEON with dotprod (tested under qemu, also inside a cross-built
-// ggml; setup builds it into x86 and aarch64 Linux/Android llama.cpp).
+// (no repacking); x86 AVX2 and up, aarch64 NEON with dotprod and with i8mm, the latter chosen at run time
+// (checked under qemu only, also inside a cross-built ggml; setup builds it into x86 and aarch64
+// Linux/Android llama.cpp).
 //
 // One routine multiplies a weight matrix by 1..8 activation rows that ggml has already quantized
 // (Q8_K for the K-quants, Q8_0 for Q8_0 and Q5_0), unpacking each weight block once and feeding every row from
@@ -24,10 +25,15 @@ extern "C" {
 #define SBK_TYPE_Q4_K 12
 #define SBK_TYPE_Q6_K 14
 
-// Which variant was compiled in (chosen at compile time from the target's features): 0 none (ggml's own
-// kernels run), 1 x86 AVX2 (+FMA, F16C), 2 AVX-VNNI (256-bit), 3 AVX-512 VNNI, 4 aarch64 NEON with dotprod
-// (__ARM_FEATURE_DOTPROD: -march=armv8.2-a+dotprod or later; an ARMv8.0 build gets 0).  Exported so that
-// tools can tell a patched build from an upstream one.
+// The variant products run through: 0 none (ggml's own kernels run), 1 x86 AVX2 (+FMA, F16C), 2 AVX-VNNI
+// (256-bit), 3 AVX-512 VNNI (x86: chosen at compile time from the target's features); 4 aarch64 NEON with
+// dotprod, 5 NEON with dotprod and i8mm (sbq4.h's numbers).  aarch64 needs dotprod at compile time
+// (__ARM_FEATURE_DOTPROD: -march=armv8.2-a+dotprod or later; an ARMv8.0 build gets 0); such a build also
+// carries the i8mm variant (GCC, through function target attributes; clang only with i8mm in its flags)
+// and runs it where Linux's hwcaps have HWCAP2_I8MM (read once per process).  Exported so that tools can
+// tell a patched build from an upstream one.
+#define SBK_NEON_DOTPROD 4
+#define SBK_NEON_I8MM 5
 int ggml_cpu_sbk_variant(void);
 
 // dst[j*dst_stride + r] = dot(weight row r, activation row j) for r in [r0, r1), j in [0, n):
@@ -36,6 +42,11 @@ int ggml_cpu_sbk_variant(void);
 // Returns 0 for a type it does not take.
 int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
              const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride);
+
+// The same through a given variant (tests: to compare the aarch64 variants on a CPU that has both, or to
+// show that one really needs its feature).  0 for a variant this build does not carry.
+int sbk_gemm_as(int variant, int type, int64_t k, const void * w, size_t w_row_bytes, int64_t r0, int64_t r1,
+                const void * act, size_t act_row_bytes, int n, float * dst, size_t dst_stride);
 
 // The same product over ggml's repacked Q4_K (block_q4_Kx8: 8 weight rows interleaved 8 bytes at a time,
 // what ggml repacks Q4_K to on x86 with AVX2; sbkx8.cpp): weight rows [r0, r1) (multiples of 8), group g of
