@@ -73,11 +73,14 @@ constexpr int MAX_BLOCKS = 256;  // rows of up to 65,536 values
 #endif
 
 #define SBKX8_UNROLL _Pragma("GCC unroll 8")
-// zmm: activation rows sharing each unpacked weight vector, and the largest batch whose row sums are inlined
-// (see sums_for).  32 zmm registers hold 4 rows' sums; one thread, a 4480 x 1536 slice of the 1.5B, 2-core
-// Zen 4, us for 1 / 4 / 8 rows: 115 / 228 / 436.  The ymm code takes one row at a time (see row_sums).
+// zmm: the largest batch whose rows all share each unpacked weight vector in one pass (larger ones go as
+// groups of 4: 4 + 3, 4 + 4), and the largest batch whose row sums are inlined (see sums_for).  A row's sums
+// take 3 zmm: up to 6 rows they fit beside the weights, from 7 GCC spills them.  One thread, a 4480 x 1536
+// slice of the 1.5B held in cache (scripts/lab/x8_kernel_bench.cpp), 2-core Zen 5, us for 4 / 5 / 6 / 8 rows:
+// 137 / 199 / 219 / 290 with groups of 4 (5 = 4 + 1 reads every weight vector twice), 137 / 158 / 187 / 290 so.
+// Zen 4 with groups of 4, 1 / 4 / 8 rows: 115 / 228 / 436.  The ymm code takes one row at a time (row_sums).
 #ifndef SBKX8_ROWS
-#define SBKX8_ROWS 4
+#define SBKX8_ROWS 6
 #endif
 #ifndef SBKX8_INLINE_ROWS
 #define SBKX8_INLINE_ROWS 8
@@ -149,6 +152,9 @@ struct block8 {
 #endif
     __m256i m[4];        // [t]: int16 pairs (min of sub-block 2t, 2t+1) of rows 0..7
     __m256 dA, dB;       // the rows' d, in the lanes the sums come out in
+#if SBKX8_ZMM
+    __m512 dAB;          // dA (low half) and dB (high half), as the zmm sums come out
+#endif
     __m256 ndmin;        // -dmin of rows 0..7
 };
 
@@ -210,6 +216,10 @@ inline void unpack_block(const uint8_t * x, block8 & b) {
 #if SBKX8_DPBUSD
     b.dA = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3));
     b.dB = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(4, 5, 4, 5, 6, 7, 6, 7));
+#if SBKX8_ZMM
+    b.dAB = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(b.dA)),
+                                                _mm256_castps_pd(b.dB), 1));
+#endif
 #else
     b.dA = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
     b.dB = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
@@ -235,9 +245,18 @@ inline void unpack_block(const uint8_t * x, block8 & b) {
 // ---------------------------------------------------------------- one activation row against a block
 // The block's integer sums for one activation row: TA, TB (scaled nibble products, lanes as dA, dB say)
 // and M (the mins times the activations' 32-sums, lanes = rows 0..7).  Exact: the loop order is free.
+#if SBKX8_ZMM
+// TA and TB stay in one zmm (low half, high half) as row_sums makes them: the float part then takes one
+// convert, multiply and fma for both, and 8 rows' accumulators fit in the registers (see facc).
+struct sums {
+    __m512i ab;
+    __m256i m;
+};
+#else
 struct sums {
     __m256i a, b, m;
 };
+#endif
 
 // R activation rows at once, so that each weight vector loaded from the block serves R rows (one row at a
 // time, the loads of the unpacked weights, not the multiplies, bound the pass).
@@ -278,8 +297,7 @@ inline void row_sums(const block8 & b, const uint8_t * const * y, const int16_t 
     }
     SBKX8_UNROLL
     for (int j = 0; j < R; j++) {
-        r[j].a = _mm512_castsi512_si256(ab[j]);
-        r[j].b = _mm512_extracti64x4_epi64(ab[j], 1);
+        r[j].ab = ab[j];
     }
 }
 #else
@@ -352,16 +370,30 @@ inline void sums_for(const block8 & b, const uint8_t * const * y, const int16_t 
 #endif
 
 // Per-row float state: the scaled sums of rows 0-3 and 4-7 (two lanes a row), and the mins (one lane a row).
+#if SBKX8_ZMM
+// One zmm for a and b, one ymm for m: 16 + 8 registers for 8 rows, where three ymm a row (24) beside the row
+// sums' 12 spilled from 5 rows up.  Lane for lane the same convert, multiply and fma as the ymm code's: the
+// same bits.
+struct facc {
+    __m512 ab;
+    __m256 m;
+};
+#else
 struct facc {
     __m256 a, b, m;
 };
+#endif
 
 template <int N>
 void group(const uint8_t * x, const acts & act, float * out, size_t stride) {
     facc acc[N];
     SBKX8_UNROLL
     for (int j = 0; j < N; j++) {
+#if SBKX8_ZMM
+        acc[j] = {_mm512_setzero_ps(), _mm256_setzero_ps()};
+#else
         acc[j] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+#endif
     }
     block8 b;
     for (int64_t i = 0; i < act.nb; i++, x += X8_BYTES) {
@@ -378,13 +410,14 @@ void group(const uint8_t * x, const acts & act, float * out, size_t stride) {
         }
         sums s[N];
 #if SBKX8_ZMM
+        constexpr int R = N <= SBKX8_ROWS ? N : 4;  // rows sharing each weight vector
         SBKX8_UNROLL
-        for (int j = 0; j + SBKX8_ROWS <= N; j += SBKX8_ROWS) {
-            sums_for<N, SBKX8_ROWS>(b, y + j, bs + j, s + j);
+        for (int j = 0; j + R <= N; j += R) {
+            sums_for<N, R>(b, y + j, bs + j, s + j);
         }
-        if constexpr (N % SBKX8_ROWS != 0) {
-            constexpr int J = N - N % SBKX8_ROWS;
-            sums_for<N, N % SBKX8_ROWS>(b, y + J, bs + J, s + J);
+        if constexpr (N % R != 0) {
+            constexpr int J = N - N % R;
+            sums_for<N, N % R>(b, y + J, bs + J, s + J);
         }
 #else
         SBKX8_UNROLL
@@ -394,10 +427,17 @@ void group(const uint8_t * x, const acts & act, float * out, size_t stride) {
 #endif
         SBKX8_UNROLL
         for (int j = 0; j < N; j++) {
+#if SBKX8_ZMM
+            const __m512 dy = _mm512_set1_ps(act.d[j * act.nb + i]);
+            acc[j].ab = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j].ab), _mm512_mul_ps(b.dAB, dy), acc[j].ab);
+            acc[j].m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j].m), _mm256_mul_ps(b.ndmin, _mm512_castps512_ps256(dy)),
+                                       acc[j].m);
+#else
             const __m256 dy = _mm256_broadcast_ss(act.d + j * act.nb + i);
             acc[j].a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j].a), _mm256_mul_ps(b.dA, dy), acc[j].a);
             acc[j].b = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j].b), _mm256_mul_ps(b.dB, dy), acc[j].b);
             acc[j].m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j].m), _mm256_mul_ps(b.ndmin, dy), acc[j].m);
+#endif
         }
     }
     // rows r's two lanes of a/b, then its min lane, always in this order
@@ -408,9 +448,15 @@ void group(const uint8_t * x, const acts & act, float * out, size_t stride) {
 #endif
     SBKX8_UNROLL
     for (int j = 0; j < N; j++) {
+#if SBKX8_ZMM
+        alignas(64) float ab[16], m[8];
+        _mm512_store_ps(ab, acc[j].ab);
+        const float * a = ab, * bb = ab + 8;
+#else
         alignas(32) float a[8], bb[8], m[8];
         _mm256_store_ps(a, acc[j].a);
         _mm256_store_ps(bb, acc[j].b);
+#endif
         _mm256_store_ps(m, acc[j].m);
         for (int r = 0; r < 4; r++) {
             out[j * stride + r] = (a[L1[r]] + a[L2[r]]) + m[r];
