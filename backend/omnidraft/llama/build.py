@@ -281,16 +281,16 @@ def problems() -> list[str]:
 
 def sbq4_variant() -> int | None:
     """The small-batch kernel the installed build carries: 0 none, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI
-    (4 NEON dotprod, 5 NEON i8mm: sbq4.cpp's aarch64 variants, chosen at run time from the CPU's hwcaps,
-    which no ARM build carries yet); None for a build without the patch."""
+    (4 NEON dotprod, 5 NEON i8mm: sbq4.cpp's aarch64 variants, chosen at run time from the CPU's hwcaps and
+    built into aarch64 ggml by sbq4-arm-hook.patch; checked under qemu only); None for a build without the patch."""
     lib = _cpu_lib()
     fn = getattr(lib, "ggml_cpu_sbq4_variant", None) if lib is not None else None
     return int(fn()) if fn is not None else None
 
 
 def sbk_variant() -> int | None:
-    """The small-batch Q4_K/Q6_K/Q8_0 kernel the installed build carries (same numbering as
-    ``sbq4_variant``); None for a build without it."""
+    """The small-batch Q4_K/Q6_K/Q8_0 kernel that runs in the installed build (same numbering as
+    ``sbq4_variant``: on aarch64, 5 where the CPU has i8mm, else 4); None for a build without it."""
     lib = _cpu_lib()
     fn = getattr(lib, "ggml_cpu_sbk_variant", None) if lib is not None else None
     return int(fn()) if fn is not None else None
