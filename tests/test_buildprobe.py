@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from omnidraft.llama import buildprobe, build as llama_build
+from omnidraft.llama import buildprobe, build as llama_build, cpuid
 
 XEON_FLAGS = set("sse4_2 avx avx2 bmi2 fma f16c avx512f avx512cd avx512vl avx512dq avx512bw avx512vbmi "
                  "avx512_vnni avx512_bf16 avx_vnni amx_tile amx_int8 amx_bf16".split())
@@ -48,16 +48,16 @@ def test_cpu_identity_names_the_core_that_a_vm_hides():
     def cpuinfo(family: int, model: int, flags: str) -> str:
         return (f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\n"
                 f"model name\t: AMD EPYC\nflags\t\t: fpu {flags}\n\nprocessor\t: 1\nmodel name\t: other\n")
-    milan = llama_build.cpu_identity(cpuinfo(25, 1, "avx2 fma"))
+    milan = cpuid.cpu_identity(cpuinfo(25, 1, "avx2 fma"))
     assert milan == {"name": "AMD EPYC", "family": "25", "model": "1", "core": "Zen 3", "flags": ["avx2"]}
-    assert llama_build.cpu_identity(cpuinfo(25, 17, "avx2 avx512f avx512_vnni"))["core"] == "Zen 4"
-    turin = llama_build.cpu_identity(cpuinfo(26, 2, "avx2 avx_vnni avx512f avx512_vnni"))
+    assert cpuid.cpu_identity(cpuinfo(25, 17, "avx2 avx512f avx512_vnni"))["core"] == "Zen 4"
+    turin = cpuid.cpu_identity(cpuinfo(26, 2, "avx2 avx_vnni avx512f avx512_vnni"))
     assert turin["core"] == "Zen 5" and turin["flags"] == ["avx2", "avx_vnni", "avx512f", "avx512_vnni"]
     intel = "vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\nflags\t\t: avx2 amx_int8\n"
-    assert llama_build.cpu_identity(intel) | {"name": ""} == {"name": "", "family": "6", "model": "207", "core": "",
+    assert cpuid.cpu_identity(intel) | {"name": ""} == {"name": "", "family": "6", "model": "207", "core": "",
                                                             "flags": ["avx2", "amx_int8"]}
     phone = "processor\t: 0\nFeatures\t: fp asimd asimddp i8mm\n"
-    assert llama_build.cpu_identity(phone)["flags"] == ["asimddp", "i8mm"]
+    assert cpuid.cpu_identity(phone)["flags"] == ["asimddp", "i8mm"]
 
 
 def test_installed_build_is_the_one_setup_makes():

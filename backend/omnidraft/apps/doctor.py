@@ -14,7 +14,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from omnidraft.llama import buildprobe, build as llama_build
+from omnidraft.llama import buildprobe, build as llama_build, cpuid
 from omnidraft.assets import models
 
 # CPU flags (as /proc/cpuinfo names them) -> ggml feature name, for "used / refused"
@@ -36,7 +36,7 @@ def _meminfo_gib() -> float | None:
 
 def cpu_name() -> str:
     """The CPU as figures name the machine that gave them: model name, family/model and core, speed flags."""
-    return llama_build.cpu_summary()
+    return cpuid.cpu_summary()
 
 
 def build_section() -> tuple[list[str], list[str]]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import llama_cpp
 
-from omnidraft.llama.build import cpu_identity, has_llamafile
+from omnidraft.llama.build import has_llamafile
+from omnidraft.llama.cpuid import cpu_identity
 from omnidraft.speculative.stats import STEP_PARTS
 
 
