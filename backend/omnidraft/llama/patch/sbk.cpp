@@ -52,6 +52,12 @@
 #else
 #define SBK_VARIANT 0
 #endif
+// Q8_0 two blocks a zmm (AVX-512 VNNI builds; see q80_row_zmm)
+#if SBK_VARIANT == 3 && defined(__AVX512BW__)
+#define SBK_Q80_ZMM 1
+#else
+#define SBK_Q80_ZMM 0
+#endif
 
 #if SBK_VARIANT > 0
 // ================================================================ every architecture: layouts, side table
@@ -92,6 +98,7 @@ struct acts {
     int64_t nb;             // blocks per row
     const float * d;        // [row][block] scale
     const float * sums;     // Q4_K: [row][block][8] scale * sum of each 32 quants
+    const int8_t * qc;      // Q8_0 on zmm builds: [row][block][32] the quants without their scales, or null
 };
 
 // One per thread, fixed (no allocation that could fail mid-graph): room for 8 rows of 2048 blocks (Q8_0
@@ -99,6 +106,12 @@ struct acts {
 // products are left to ggml (ggml_sbk_takes compares table_floats with it).
 constexpr size_t TABLE_FLOATS = 16384;
 alignas(64) thread_local float TABLE[TABLE_FLOATS];
+#if SBK_Q80_ZMM
+// Q8_0 activations' quants, contiguous (ggml's blocks put a 2-byte scale between each 32), so that one 512-bit
+// load takes two blocks.  Rows of up to 16,384 values; wider ones take the ymm code.
+constexpr int64_t QCOPY_BLOCKS = 512;
+alignas(64) thread_local int8_t QCOPY[8 * QCOPY_BLOCKS * 32];
+#endif
 
 // The scales first, then (Q4_K) the sums, starting on a 64-byte boundary.
 size_t sums_offset(int n, int64_t nb) { return ((size_t) n * nb + 15) & ~(size_t) 15; }
@@ -342,6 +355,51 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
         out[j * stride] = hsum(acc[j]);
     }
 }
+
+#if SBK_Q80_ZMM
+// Q8_0 on 512 bits, two blocks a vector, where the ymm code above spends 7 instructions per 32 weights and row
+// (every 32 weights carry their own scale): here about as many per 64.  The activations' quants come
+// contiguous (acts::qc), so a row's two blocks are one load; the sign goes on the activations as a masked
+// subtract (AVX-512 has no vpsignb on zmm); each block's scales fill its half by a blend of two broadcasts, no
+// shuffles.  Each output takes the same instructions whatever the number of rows: batches stay bit-identical
+// to decoding.  An odd last block runs with its upper half zero, which adds exactly 0.
+inline __m512 halves(float lo, float hi) {  // lanes 0-7 lo, 8-15 hi
+    return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
+}
+
+template <int N>
+void q80_row_zmm(const uint8_t * x, const acts & a, float * out, size_t stride) {
+    __m512 acc[N];
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = _mm512_setzero_ps();
+    }
+    const __m512i zero = _mm512_setzero_si512();
+    for (int64_t b = 0; b < a.nb; b += 2, x += 2 * Q80_BYTES) {
+        _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *) x + PREFETCH + 64, _MM_HINT_T0);
+        const bool both = b + 1 < a.nb;
+        const __m512i lo = _mm512_zextsi256_si512(load(x + 2));
+        const __m512i w = both ? _mm512_inserti64x4(lo, load(x + 2 + Q80_BYTES), 1) : lo;
+        const __m512i aw = _mm512_abs_epi8(w);         // |w| as unsigned bytes (-128 -> 128)
+        const __mmask64 neg = _mm512_movepi8_mask(w);  // where w < 0 the activation's sign flips
+        const __m512 dw = halves(fp16(x), both ? fp16(x + Q80_BYTES) : 0.0f);
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            const int8_t * q = a.qc + (j * a.nb + b) * 32;
+            const __m512i av = both ? _mm512_loadu_si512((const void *) q) : _mm512_zextsi256_si512(load(q));
+            const __m512i s = _mm512_dpbusd_epi32(zero, aw, _mm512_mask_sub_epi8(av, neg, zero, av));
+            const float * d = a.d + j * a.nb + b;
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, halves(d[0], both ? d[1] : 0.0f)),
+                                     acc[j]);
+        }
+    }
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        out[j * stride] = _mm512_reduce_add_ps(acc[j]);
+    }
+}
+#endif
 
 }  // namespace
 
@@ -805,7 +863,17 @@ namespace {
 
 acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
     float * t = TABLE;
-    const acts a = {act, stride, nb, t, t + sums_offset(n, nb)};
+    acts a = {act, stride, nb, t, t + sums_offset(n, nb), nullptr};
+#if SBK_Q80_ZMM
+    if (type == SBK_TYPE_Q8_0 && nb <= QCOPY_BLOCKS) {
+        for (int j = 0; j < n; j++) {
+            for (int64_t i = 0; i < nb; i++) {
+                memcpy(QCOPY + (j * nb + i) * 32, act + j * stride + i * Q80_BYTES + 2, 32);
+            }
+        }
+        a.qc = QCOPY;
+    }
+#endif
     for (int j = 0; j < n; j++) {
         for (int64_t i = 0; i < nb; i++) {
             float * d = t + j * nb + i;
@@ -827,7 +895,15 @@ using row_fn = void (*)(const uint8_t *, const acts &, float *, size_t);
 // Weight rows r and r+1 (x1, out1; out1 null where x1 is row r again, an odd last row).
 using pair_fn = void (*)(const uint8_t *, const uint8_t *, const acts &, float *, float *, size_t);
 
-template <int N> void q80_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q80_block, N>(x, a, o, s); }
+template <int N> void q80_row(const uint8_t * x, const acts & a, float * o, size_t s) {
+#if SBK_Q80_ZMM
+    if (a.qc != nullptr) {  // decided by the row length alone: every batch of one product takes the same path
+        q80_row_zmm<N>(x, a, o, s);
+        return;
+    }
+#endif
+    q8act_row<q80_block, N>(x, a, o, s);
+}
 template <int N> void q50_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q50_block, N>(x, a, o, s); }
 
 #define SBK_TABLE(fn) \
