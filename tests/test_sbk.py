@@ -65,6 +65,21 @@ def test_every_tier_rows_bit_identical_and_match_reference(tiers, fmt):
             assert np.array_equal(H.gemm(dll, wtype, k, w, act, n), one[:n]), f"{tier} {fmt}: a batch of {n} differs"
 
 
+@pytest.mark.parametrize("nb", [41, 513])
+def test_q8_0_odd_and_long_rows_bit_identical_and_match_reference(tiers, nb):
+    """The AVX-512 Q8_0 path takes two blocks a vector from a contiguous copy of the activations: an odd last
+    block runs with its upper half zero (41 blocks), rows longer than the copy holds take the ymm code (513)."""
+    wtype, block, make_w, make_a, deq_w, deq_a = H.FORMATS["q8_0"]
+    rng = np.random.default_rng(nb)
+    w, act = make_w(rng, 9, nb), make_a(rng, MAX_ROWS, nb)
+    ref = deq_a(act) @ deq_w(w).T
+    for tier, dll in tiers.items():
+        one = np.stack([H.gemm(dll, wtype, nb * block, w, act[j:j + 1], 1)[0] for j in range(MAX_ROWS)])
+        assert float(np.abs(one - ref).max() / np.abs(ref).max()) < 1e-5, f"{tier}, {nb} blocks"
+        for n in range(2, MAX_ROWS + 1):
+            assert np.array_equal(H.gemm(dll, wtype, nb * block, w, act, n), one[:n]), f"{tier}: {n} rows differ"
+
+
 def _check_interleaved(tiers, gemm_x8, wtype, k, w, wx8, rows, act, ref, name):
     """An 8-row-interleaved kernel on every tier: one-row outputs within float tolerance of the float64
     reference and of the plain-layout kernel on the same weights (only summation order differs), every batch
