@@ -49,35 +49,33 @@ def tiers(tmp_path_factory) -> dict:
     return built
 
 
-@pytest.mark.parametrize("fmt", sorted(H.FORMATS))
-def test_every_tier_rows_bit_identical_and_match_reference(tiers, fmt):
+def _check_plain(tiers, fmt: str, nb: int, rows: int, seed: int) -> None:
+    """One plain-layout format on every tier: one-row outputs within 1e-5 of the float64 reference, and every
+    batch of 2..8 rows bit-identical to one-row decoding."""
     wtype, block, make_w, make_a, deq_w, deq_a = H.FORMATS[fmt]
-    rng = np.random.default_rng(11)
-    k = block * (6 if block == 256 else 40)
-    w, act = make_w(rng, 37, k // block), make_a(rng, MAX_ROWS, k // block)
+    rng = np.random.default_rng(seed)
+    k = block * nb
+    w, act = make_w(rng, rows, nb), make_a(rng, MAX_ROWS, nb)
     ref = deq_a(act) @ deq_w(w).T
     for tier, dll in tiers.items():
         assert dll.sbk_gemm.__name__  # loaded
         one = np.stack([H.gemm(dll, wtype, k, w, act[j:j + 1], 1)[0] for j in range(MAX_ROWS)])
         err = float(np.abs(one - ref).max() / np.abs(ref).max())
-        assert err < 1e-5, f"{tier} {fmt}: {err:.2e} of the largest output from the float64 reference"
+        assert err < 1e-5, f"{tier} {fmt}, {nb} blocks: {err:.2e} of the largest output from the float64 reference"
         for n in range(2, MAX_ROWS + 1):
             assert np.array_equal(H.gemm(dll, wtype, k, w, act, n), one[:n]), f"{tier} {fmt}: a batch of {n} differs"
+
+
+@pytest.mark.parametrize("fmt", sorted(H.FORMATS))
+def test_every_tier_rows_bit_identical_and_match_reference(tiers, fmt):
+    _check_plain(tiers, fmt, 6 if H.FORMATS[fmt][1] == 256 else 40, rows=37, seed=11)
 
 
 @pytest.mark.parametrize("nb", [41, 513])
 def test_q8_0_odd_and_long_rows_bit_identical_and_match_reference(tiers, nb):
     """The AVX-512 Q8_0 path takes two blocks a vector from a contiguous copy of the activations: an odd last
     block runs with its upper half zero (41 blocks), rows longer than the copy holds take the ymm code (513)."""
-    wtype, block, make_w, make_a, deq_w, deq_a = H.FORMATS["q8_0"]
-    rng = np.random.default_rng(nb)
-    w, act = make_w(rng, 9, nb), make_a(rng, MAX_ROWS, nb)
-    ref = deq_a(act) @ deq_w(w).T
-    for tier, dll in tiers.items():
-        one = np.stack([H.gemm(dll, wtype, nb * block, w, act[j:j + 1], 1)[0] for j in range(MAX_ROWS)])
-        assert float(np.abs(one - ref).max() / np.abs(ref).max()) < 1e-5, f"{tier}, {nb} blocks"
-        for n in range(2, MAX_ROWS + 1):
-            assert np.array_equal(H.gemm(dll, wtype, nb * block, w, act, n), one[:n]), f"{tier}: {n} rows differ"
+    _check_plain(tiers, "q8_0", nb, rows=9, seed=nb)
 
 
 def _check_interleaved(tiers, gemm_x8, wtype, k, w, wx8, rows, act, ref, name):

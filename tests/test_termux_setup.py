@@ -55,7 +55,8 @@ def _stub(path: Path, text: str) -> None:
 def termux(tmp_path):
     """A fake Termux: PREFIX, pkg, a `python` that makes the fake venv; returns (env, log path, venv)."""
     prefix, bindir, venv, log = tmp_path / "usr", tmp_path / "bin", tmp_path / "venv", tmp_path / "log"
-    prefix.mkdir(), bindir.mkdir()
+    prefix.mkdir()
+    bindir.mkdir()
     log.write_text("")
     venv_python = VENV_PYTHON.format(build_py=REPO / "backend" / "omnidraft" / "llama" / "build.py",
                                      real=sys.executable)

@@ -865,14 +865,8 @@ acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
     float * t = TABLE;
     acts a = {act, stride, nb, t, t + sums_offset(n, nb), nullptr};
 #if SBK_Q80_ZMM
-    if (type == SBK_TYPE_Q8_0 && nb <= QCOPY_BLOCKS) {
-        for (int j = 0; j < n; j++) {
-            for (int64_t i = 0; i < nb; i++) {
-                memcpy(QCOPY + (j * nb + i) * 32, act + j * stride + i * Q80_BYTES + 2, 32);
-            }
-        }
-        a.qc = QCOPY;
-    }
+    int8_t * qc = type == SBK_TYPE_Q8_0 && nb <= QCOPY_BLOCKS ? QCOPY : nullptr;
+    a.qc = qc;
 #endif
     for (int j = 0; j < n; j++) {
         for (int64_t i = 0; i < nb; i++) {
@@ -885,6 +879,11 @@ acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
                 }
             } else {
                 *d = fp16(act + j * stride + i * Q80_BYTES);
+#if SBK_Q80_ZMM
+                if (qc != nullptr) {
+                    memcpy(qc + (j * nb + i) * 32, act + j * stride + i * Q80_BYTES + 2, 32);
+                }
+#endif
             }
         }
     }

@@ -77,7 +77,7 @@ constexpr int MAX_BLOCKS = 256;  // rows of up to 65,536 values
 // groups of 4: 4 + 3, 4 + 4), and the largest batch whose row sums are inlined (see sums_for).  A row's sums
 // take 3 zmm: up to 6 rows they fit beside the weights, from 7 GCC spills them.  One thread, a 4480 x 1536
 // slice of the 1.5B held in cache (scripts/lab/x8_kernel_bench.cpp), 2-core Zen 5, us for 4 / 5 / 6 / 8 rows:
-// 137 / 199 / 219 / 290 with groups of 4 (5 = 4 + 1 reads every weight vector twice), 137 / 158 / 187 / 290 so.
+// 137 / 199 / 219 / 290 with groups of 4 (5 = 4 + 1 reads every weight vector twice), 137 / 158 / 187 / 290 with 6.
 // Zen 4 with groups of 4, 1 / 4 / 8 rows: 115 / 228 / 436.  The ymm code takes one row at a time (row_sums).
 #ifndef SBKX8_ROWS
 #define SBKX8_ROWS 6
@@ -151,9 +151,10 @@ struct block8 {
     __m256i s[4][4];     // [p]: the scale vectors (per variant, see scale_vectors)
 #endif
     __m256i m[4];        // [t]: int16 pairs (min of sub-block 2t, 2t+1) of rows 0..7
-    __m256 dA, dB;       // the rows' d, in the lanes the sums come out in
 #if SBKX8_ZMM
-    __m512 dAB;          // dA (low half) and dB (high half), as the zmm sums come out
+    __m512 dAB;          // the rows' d, in the lanes the zmm sums come out in (the ymm code's dA, then dB)
+#else
+    __m256 dA, dB;       // the rows' d, in the lanes the sums come out in
 #endif
     __m256 ndmin;        // -dmin of rows 0..7
 };
@@ -213,13 +214,12 @@ inline void unpack_block(const uint8_t * x, block8 & b) {
         b.m[p] = spread(load128(mn[2 * p]), MIDX);
     }
     const __m256 d = _mm256_cvtph_ps(load128(x));
-#if SBKX8_DPBUSD
+#if SBKX8_ZMM
+    b.dAB = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7),
+                                  _mm512_castps256_ps512(d));
+#elif SBKX8_DPBUSD
     b.dA = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3));
     b.dB = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(4, 5, 4, 5, 6, 7, 6, 7));
-#if SBKX8_ZMM
-    b.dAB = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(b.dA)),
-                                                _mm256_castps_pd(b.dB), 1));
-#endif
 #else
     b.dA = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
     b.dB = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
