@@ -171,3 +171,11 @@ def test_summary_table_gives_tau_and_acceptance_at_4(tmp_path):
     assert lines[2] == "| drafter | stubs | nl |" and lines[3] == "|---|---|---|"
     assert lines[4] == "| `a.gguf` | 3.00 (0.50) | - |"
     assert lines[5] == "| `b.gguf` | 3.20 (0.55) | - |"  # read back from JSON: string keys
+
+
+def test_a_long_language_set_keeps_the_held_out_pages_and_streams_every_window_of_the_others():
+    base, long = _load(lang_sets.SETS[0]), snapshot.load_set(lang_sets.LONG_SETS[0])
+    assert [(i.id, i.prompt) for i in long.split("heldout")] == [(i.id, i.prompt) for i in base.split("heldout")]
+    stream = {i.id: i.prompt for i in long.split("stream")}
+    assert len(stream) > 64 and {i.id for i in base.split("stream")} <= set(stream)  # more than the short set's
+    assert not _page_names(long, "heldout") & _page_names(long, "stream")

@@ -33,6 +33,7 @@ def tiny_repo(tmp_path, monkeypatch):
     (root / "lib" / "test" / "mod.js").write_text(_file(998))
     monkeypatch.setitem(repo_sets.REPOS, "tiny", repo_sets.Repo(root, ("lib",), "test"))
     monkeypatch.setattr(repo_sets, "SETS", tuple(repo_sets.REPOS))
+    monkeypatch.setattr(repo_sets, "LONG_SETS", tuple(n + repo_sets.LONG for n in repo_sets.REPOS))
     return root
 
 
@@ -91,3 +92,13 @@ def test_the_machines_repositories_are_javascript_the_drafter_never_saw(name):
     ps = load_set(name)
     assert len(ps.split("heldout")) >= 30 and len(ps.split("stream")) >= 64
     assert not _files(ps.split("heldout")) & _files(ps.split("stream"))
+
+
+def test_the_long_variant_keeps_the_held_out_prompts_and_streams_more_of_the_same_files(tiny_repo):
+    base, long = load_set("tiny"), load_set("tiny" + repo_sets.LONG)
+    assert [(i.id, i.prompt) for i in long.split("heldout")] == [(i.id, i.prompt) for i in base.split("heldout")]
+    stream = long.split("stream")
+    assert len(stream) > len(base.split("stream")) and len({i.prompt for i in stream}) == len(stream)
+    assert _files(stream) == _files(base.split("stream"))  # more prompts a file, never another file
+    assert not _files(long.split("heldout")) & _files(stream)
+    assert long.name == "tiny-long"

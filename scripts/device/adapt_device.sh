@@ -14,7 +14,8 @@
 #          run(command="bash scripts/device/adapt_device.sh go RUN...")   waits for the build, joins the models,
 #                                                    starts the streams detached, spread over the GPUs
 #                                                    (RUN: code | code-dm | chat | code-full | code-lr3e5 |
-#                                                    code-ep1 | code-recent256 | code-lora | chat-full)
+#                                                    code-ep1 | code-recent256 | code-lora | chat-full;
+#                                                    parts 2 and 3: repo | language | drift)
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
 #   here:  scripts/device/device_tree.sh restore     (right after the last part: before any commit)
@@ -42,6 +43,9 @@ VERSION=0.3.36
 W=${ADAPT_WORK:-/tmp/ad}
 OUT="${OUT:-/tmp/device-out}"
 TARGET_FILE=qwen2.5-coder-0.5b-instruct-q4_0_pure.gguf DRAFT_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+SHIPPED=smollm2-135m-d8-qwen.gguf  # the bundled drafter: parts 2 and 3 start from it (it travels in the parts,
+                                   # since device_tree.sh light keeps it out of the tree)
+SETS="stdlib-code humaneval chat-long chat javascript npm-cli-long nl-fr-long"
 say() { echo "[adapt] $(date -u +%H:%M:%S) $*"; }
 
 prepare() {  # here
@@ -68,9 +72,10 @@ prepare() {  # here
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     -d "$carry/whl" gguf==0.19.0 diskcache==5.6.3 flask==3.1.3 werkzeug==3.1.9 waitress==3.0.2 \
     itsdangerous==2.2.0 click==8.5.1 blinker==1.9.0 jinja2==3.1.6 markupsafe==3.0.4
-  "$py" scripts/device/adapt_sets.py "$carry/sets"
+  "$py" scripts/device/adapt_sets.py "$carry/sets" $SETS
   cache=$(PYTHONPATH=backend "$py" -c 'from omnidraft.assets import models; print(models.cache_dir())')
-  bash scripts/device/device_xfer.sh pack adapt "$cache/models/derived/$TARGET_FILE" "$cache/models/$DRAFT_FILE"
+  bash scripts/device/device_xfer.sh pack adapt "$cache/models/derived/$TARGET_FILE" "$cache/models/$DRAFT_FILE" \
+    "models/$SHIPPED"
   du -sh "$carry" .devxfer/adapt
 }
 
@@ -97,7 +102,13 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
   local s="$W/carry/sets" m="$W/m"
   local common="--target $m/$TARGET_FILE --draft $m/$DRAFT_FILE --gpu-layers -1 --trainer-device cuda
     --verify-batch ${VERIFY:-5} --interval ${INTERVAL:-32} --threads ${THREADS:-4} ${N_TRAIN:+--n-train $N_TRAIN}"
+  # parts 2 and 3: the shipped drafter and the product's own update (full fine-tuning, lr 1e-4), the old domains
+  # measured before and after and replayed; the later --draft wins
+  local shipped="$common --draft $m/$SHIPPED --old-sets $s/stdlib-code.json,$s/chat.json"
   case $1 in
+    repo) echo "--scenario repo --stream-set $s/npm-cli-long.json $shipped" ;;
+    language) echo "--scenario language --stream-set $s/nl-fr-long.json $shipped" ;;
+    drift) echo "--scenario drift-domain --stream-set $s/javascript.json --drift-set $s/nl-fr-long.json $shipped" ;;
     code) echo "--scenario unseen-code --stream-set $s/stdlib-code.json --eval-set $s/humaneval.json $common" ;;
     code-dm) echo "--scenario unseen-code --lam 0 --stream-set $s/stdlib-code.json --eval-set $s/humaneval.json $common" ;;
     chat) echo "--scenario unseen-chat --stream-set $s/chat-long.json --eval-set $s/chat-long.json $common" ;;

@@ -48,13 +48,16 @@ def _unseen(stream: str, held: str, what: str) -> Scenario:
 SCENARIOS: dict[str, Scenario] = {
     "unseen-code": _unseen("stdlib-code", "humaneval", "Python code (the stdlib's functions; HumanEval held out)"),
     "unseen-chat": _unseen("chat", "chat", "chat (ShareGPT first turns; the set's 40 stream prompts cycle)"),
+    # the long variants (``assets.repo_sets``/``lang_sets``, NAME-long): the same held-out prompts, a stream of every
+    # prompt the stream files give (npm-cli 276, French 184), so that 512 requests cycle it twice or three times,
+    # not three or eight times
     "repo": Scenario("the shipped drafter on one user's repository it never read (npm's CLI), 512 requests "
-                     "(issue 43 part 2)", {"stream_set": "npm-cli", "n_train": 512, "checkpoints": HALF}),
+                     "(issue 43 part 2)", {"stream_set": "npm-cli-long", "n_train": 512, "checkpoints": HALF}),
     "language": Scenario("the shipped drafter on a natural language (French man pages), 512 requests (issue 43 "
-                         "part 2)", {"stream_set": "nl-fr", "n_train": 512, "checkpoints": HALF}),
+                         "part 2)", {"stream_set": "nl-fr-long", "n_train": 512, "checkpoints": HALF}),
     "drift-domain": Scenario("the shipped drafter on JavaScript for 256 requests, then French for 256: the curve "
                              "measures JavaScript's held-out prompts, the drift curve French's (issue 43 part 3)",
-                             {"stream_set": "javascript", "drift_set": "nl-fr", "drift_at": 256, "n_train": 512,
+                             {"stream_set": "javascript", "drift_set": "nl-fr-long", "drift_at": 256, "n_train": 512,
                               "checkpoints": DRIFT}),
 }
 

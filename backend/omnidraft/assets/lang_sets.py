@@ -21,8 +21,12 @@ from .prompts import (_NL_CHARS, _NL_CHARS_AFTER, VERSION, Item, PromptSet, Prom
                       _interleave, _man_split, _usable_translation)
 
 LANGS = ("de", "fr", "nl")  # those with 64 + 32 usable windows here (uk, sv, pt_BR, ja, ru, pl: too few pages)
-SETS = tuple(f"nl-{lang}" for lang in LANGS)
 _NL1_STREAM, _NL1_HELDOUT, _NL1_PER_PAGE = 64, 32, 4
+# a long stream (issue 43: 512 requests of one language): ``nl-LANG-long`` keeps ``nl-LANG``'s held-out prompts and
+# streams every usable window of its stream pages (French here: 184), which 512 requests still cycle
+LONG, _LONG_PER_PAGE = "-long", 1000
+SETS = tuple(f"nl-{lang}" for lang in LANGS)
+LONG_SETS = tuple(name + LONG for name in SETS)
 # groff's glyph names that corpora.man_page_text leaves (German pages write every umlaut this way, so ``nl``'s
 # filter drops most of their paragraphs): decoded here, for these sets only (``nl`` is pinned by VERSION)
 _GLYPHS = {":a": "ä", ":o": "ö", ":u": "ü", ":A": "Ä", ":O": "Ö", ":U": "Ü", ":e": "ë", ":i": "ï", "ss": "ß",
@@ -64,21 +68,23 @@ def _page_windows(path: Path, most: int) -> list[tuple[int, str]]:
 
 def load(name: str, seed: int = 0) -> PromptSet:
     """One language's translated man pages (kept out of distillation): windows of its pages, split by page."""
-    if name not in SETS:
-        raise ValueError(f"unknown language set {name!r}; choose from {', '.join(SETS)}")
-    lang = name[3:]
+    if name not in SETS + LONG_SETS:
+        raise ValueError(f"unknown language set {name!r}; choose from {', '.join(SETS + LONG_SETS)}")
+    long = name.endswith(LONG)
+    lang = name[3:].removesuffix(LONG)
 
     pages = [p for _, p in corpora.man_pages((lang,)) if not p.is_symlink()]
     items = []
     for split, most in (("heldout", _NL1_HELDOUT), ("stream", _NL1_STREAM)):
         part = [p for p in pages if _man_split(p) == split]
         part = random.Random(f"nl-{lang}:{seed}:{split}").sample(part, len(part))
+        per_page, most = (_LONG_PER_PAGE, None) if long and split == "stream" else (_NL1_PER_PAGE, most)
         got = _interleave([Item(f"{lang}:{p.parent.name}/{p.name}:{line + 1}", text, False, split)
-                           for line, text in _page_windows(p, _NL1_PER_PAGE)] for p in part)[:most]
-        if len(got) < most:
+                           for line, text in _page_windows(p, per_page)] for p in part)[:most]
+        if len(got) < (most or _NL1_STREAM):
             raise PromptSourceMissing(
                 f"nl-{lang}: {len(got)} usable {split} windows of translated man pages (need {most}) under "
                 f"/usr/share/man/{lang} (Debian/Ubuntu: manpages-{lang.split('_')[0]}, manpages-l10n, ...)")
         items += got
-    return PromptSet(f"nl-{lang}", VERSION, f"this machine's man pages translated to {lang} (/usr/share/man/{lang})",
+    return PromptSet(name, VERSION, f"this machine's man pages translated to {lang} (/usr/share/man/{lang})",
                      "those of the man-page packages (local use only)", items)

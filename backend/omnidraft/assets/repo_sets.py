@@ -45,7 +45,11 @@ REPOS = {
 }
 HELDOUT_EVERY = 4  # one file in four is held out
 PER_FILE = 2
+# a long stream (issue 43: 512 requests of one repository): ``NAME-long`` keeps NAME's held-out prompts and streams
+# up to LONG_PER_FILE prompts a file of the same stream files, as a user who keeps working in them asks again
+LONG, LONG_STREAM, LONG_PER_FILE = "-long", 1000, 8
 SETS = tuple(REPOS)
+LONG_SETS = tuple(name + LONG for name in REPOS)
 _STREAM, _HELDOUT = 160, 48
 
 
@@ -84,27 +88,31 @@ def file_prompts(path: Path, rng: random.Random, most: int) -> list[tuple[int, s
     return out
 
 
-def _split_items(name: str, files: list[Path], root: Path, split: str, seed: int, most: int) -> list[Item]:
+def _split_items(name: str, files: list[Path], root: Path, split: str, seed: int, most: int,
+                 per_file: int = PER_FILE) -> list[Item]:
     rng = random.Random(f"{name}:{seed}:{split}")
     groups = []
     for p in rng.sample(files, len(files)):
         groups.append([Item(f"{name}:{p.relative_to(root)}:{line + 1}", prompt, False, split)
-                       for line, prompt in file_prompts(p, rng, PER_FILE)])
+                       for line, prompt in file_prompts(p, rng, per_file)])
     return _interleave(groups)[:most]
 
 
 def load(name: str, seed: int = 0) -> PromptSet:
     """A repository's set: stream prompts from its 'train' files, held-out prompts from its held-out files."""
-    if name not in REPOS:
-        raise ValueError(f"unknown repository set {name!r}; choose from {', '.join(SETS)}")
-    repo = REPOS[name]
+    long, base = name.endswith(LONG), name.removesuffix(LONG)
+    if base not in REPOS:
+        raise ValueError(f"unknown repository set {name!r}; choose from {', '.join(SETS + LONG_SETS)}")
+    repo = REPOS[base]
     files = repo_files(repo)
     items = []
-    for split, side, most in (("heldout", "heldout", _HELDOUT), ("stream", "train", _STREAM)):
-        part = [p for p in files if file_split(name, p, repo.root) == side]
-        got = _split_items(name, part, repo.root, split, seed, most)
-        if len(got) < most // 2:
-            raise PromptSourceMissing(f"{name}: {len(got)} {split} prompts (need {most // 2}); source: the "
+    for split, side, most in (("heldout", "heldout", _HELDOUT), ("stream", "train", LONG_STREAM if long else _STREAM)):
+        part = [p for p in files if file_split(base, p, repo.root) == side]
+        per_file = LONG_PER_FILE if long and split == "stream" else PER_FILE
+        got = _split_items(base, part, repo.root, split, seed, most, per_file)
+        need = min(most, _STREAM) // 2
+        if len(got) < need:
+            raise PromptSourceMissing(f"{name}: {len(got)} {split} prompts (need {need}); source: the "
                                       f"repository's code under {repo.root} ({', '.join(repo.parts)})")
         items += got
     return PromptSet(name, VERSION, f"{name} as installed here ({repo.root}: {', '.join(repo.parts)})",

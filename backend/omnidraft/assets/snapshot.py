@@ -30,7 +30,7 @@ def load_set(name: str, seed: int = 0) -> PromptSet:
     if name.endswith(".json"):
         return load_snapshot(Path(name))
     for extra in (repo_sets, lang_sets):
-        if name in extra.SETS:
+        if name in extra.SETS + extra.LONG_SETS:
             return extra.load(name, seed)
     return load(name, seed)
 
