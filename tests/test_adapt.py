@@ -99,3 +99,22 @@ def test_the_old_domains_goal_counts_forgetting_not_gains():
     assert gained["met"]["old_points"] and gained["measured"]["old_points"]["stdlib-code"] == pytest.approx(2.4)
     assert not summary(curve, control, old(0.402), updates, 300.0)["met"]["old_points"]
     assert gained["measured"]["acceptance_points"] == pytest.approx(5.0) and not gained["met"]["acceptance_points"]
+
+
+def test_a_long_stream_is_summed_up_at_its_end_with_its_best_point_and_crossings():
+    """Issue 43's scenarios stream 512 requests: the summary reads the last point of the stream (not the 64th
+    prompt's), the best one, and where the curve first reached +5 and +10 points over the control."""
+    from omnidraft.apps.adapt_report import summary, summary_lines
+
+    def point(prompts, acc):
+        return {"prompts": prompts, "measured": True, "acceptance": acc, "tau": 2.0 + acc}
+
+    curve = [point(0, 0.36), point(64, 0.39), point(128, 0.42), point(256, 0.42), point(512, 0.39)]
+    s = summary(curve, point(0, 0.36), {}, [{"train_s": 9.0, "export_s": 3.0}], 700.0, within=512)
+    m = s["measured"]
+    assert m["prompts"] == 512 and m["acceptance_points"] == pytest.approx(3.0)
+    assert m["best"]["prompts"] == 128 and m["best"]["acceptance_points"] == pytest.approx(6.0)
+    assert m["crossed"] == {"+5": 128, "+10": None}
+    assert "best point: +6.0 points after 128 prompts; first reached +5 after 128, +10 after no point" in \
+        summary_lines(s)[1]
+    assert summary(curve, point(0, 0.36), {}, [], 700.0)["measured"]["prompts"] == 64  # issue 26's 64 by default

@@ -47,8 +47,9 @@ def test_unseen_code_is_the_papers_regime():
     assert settings.draft == models.SMOLLM2 and settings.target.startswith(models.QWEN_15B)
     assert (cfg.stream_set, cfg.eval_set, cfg.old_sets) == ("stdlib-code", "humaneval", "")
     assert [i for i in range(1, 1001) if cfg.evaluates_at(i)] == [64, 128, 256, 512, 1000]
-    # the update that learned fastest from the never-distilled drafter; the global default stays full fine-tuning
-    assert (cfg.lora_rank, cfg.lr) == (16, 1e-3) and (AdaptConfig().lora_rank, AdaptConfig().lr) == (0, 1e-4)
+    # the update that learned fastest from the never-distilled drafter, the global default since issue 43's long
+    # streams of the shipped drafter
+    assert (cfg.lora_rank, cfg.lr) == (16, 1e-3) == (AdaptConfig().lora_rank, AdaptConfig().lr)
     cfg, _ = resolved("--scenario", "unseen-code", "--lora-rank", "0", "--lr", "1e-4")
     assert (cfg.lora_rank, cfg.lr) == (0, 1e-4)
 

@@ -142,3 +142,15 @@ def test_train_pass_on_a_named_device(tiny_llama, device):
     done = train_pass(model, rows, [], TrainerConfig(device=device, epochs=1, precision="f32", prompt_lam=0.5), seed=1)
     assert len(done.losses) == 2 and all(math.isfinite(x) for x in done.losses) and not done.bad
     assert merged(done.model).to("cpu").get_input_embeddings().weight.device.type == "cpu"
+
+
+def test_lora_without_peft_says_what_to_install(tiny_llama, monkeypatch):
+    """LoRA is the default update (issue 43): a machine without the 'train' extra's peft gets a clear error
+    naming the fix, not an ImportError from inside an update."""
+    import sys
+
+    from omnidraft.errors import BadRequest
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # import peft now raises ImportError
+    with pytest.raises(BadRequest, match=r"omnidraft\[train\].*--lora-rank 0"):
+        add_lora(load_gguf_model(tiny_llama), rank=8)

@@ -33,6 +33,12 @@
 # Fifth session (nvidia-h200, the x2 kind not lent): `chat` and `chat-full` on the one GPU, same knobs; start carried
 # .devadapt + manifest + part009 (the small last part), parts 000-008 one a call, `go` none; 256 requests in 508 and
 # 416 s; 12.8 minutes of device time in all.  The tree stays light through `wait` (16.7 MiB light, 63.9 restored).
+# Fifteenth session (2026-12-02, nvidia-h200): parts 2 and 3 (`repo`, `language`, `drift`: the shipped drafter,
+# INTERVAL=16, 512 requests each, all three at once on the one GPU) in 696-849 s after `go`, then `repo` and
+# `language` again with EXTRA='--lora-rank 16 --lr 1e-3 --checkpoints 64,128,192,256' N_TRAIN=256 (379-388 s).  The
+# light tree was 20.1 MiB, so the parts were packed with PART=40M (13 parts); start carried .devadapt + manifest +
+# the last part.  Call `go` with its output in a file (`go ... > /tmp/go.log 2>&1 < /dev/null; tail /tmp/go.log`):
+# piped into tail it held the call until its limit (the detached runs survived it).  27 minutes of device time.
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).

@@ -353,7 +353,7 @@ def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:
     result = {"curve": r.curve, "control": r.control, "old": r.old, "updates": updates,
               "drift": {"set": r.cfg.drift_set, "at": r.cfg.drift_point(), "curve": r.drift_curve,
                         "control": r.drift_control} if r.cfg.drift_set else None,
-              "summary": summary(r.curve, r.control, r.old, updates, round(seconds, 1)),
+              "summary": summary(r.curve, r.control, r.old, updates, round(seconds, 1), len(r.items.stream)),
               "heldout": r.items.heldout, "config": r.cfg.__dict__, "settings": r.settings.__dict__,
               "seconds": round(seconds, 1)}
     for line in summary_lines(result["summary"]):

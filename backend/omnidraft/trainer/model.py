@@ -99,8 +99,11 @@ def load_gguf_model(path: str | os.PathLike, dtype=None):
 
 def add_lora(model, rank: int = 32, alpha: float | None = None, dropout: float = 0.0):
     """Wrap ``model`` with a fresh LoRA adapter on every attention and MLP projection."""
-    # lazy: peft pulls torch and transformers (~6 s at start-up), the optional 'train' extra
-    from peft import LoraConfig, get_peft_model
+    try:  # lazy: peft pulls torch and transformers (~6 s at start-up), the optional 'train' extra
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:  # LoRA is the default update: say what to install, or how to do without
+        raise BadRequest("LoRA updates need peft: pip install 'omnidraft[train]' (or train with --lora-rank 0, "
+                         "full fine-tuning)") from e
 
     cfg = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else rank, lora_dropout=dropout,
                      target_modules=LORA_TARGETS, bias="none", task_type="CAUSAL_LM")

@@ -4,8 +4,10 @@
             round(recent_ratio x new records) steps on records of earlier updates, spread evenly among them;
             one AdamW step per record, L = L_DM + lam L_N-gram + prompt_lam L_prompt
 
-Full fine-tuning (``lora_rank`` 0) trains the transformer layers and norms: a small distilled drafter has few
-weights to spare, and a LoRA of rank 32 at lr 2e-4 hardly moved one (issue 26).  The token embedding (tied to
+LoRA (``lora_rank`` 16 at lr 1e-3 by default) adapts the transformer layers through low-rank deltas; full
+fine-tuning (``lora_rank`` 0) trains the layers and norms themselves.  Over long streams full fine-tuning at lr 1e-4
+forgot the domains it did not stream, where LoRA kept them for the same gain (issue 43); a LoRA of rank 32 at lr
+2e-4 had hardly moved a drafter in 64 requests (issue 26): LoRA needs the higher rate.  The token embedding (tied to
 the head in SmolLM2) stays frozen unless ``train_embeddings``: it holds the 49k-token vocabulary the old
 domains need too, and half the model's weights.  Replay keeps the old domains: records of them (the target's
 top-k on Python code and chat, ``replay`` file) are trained on again in every update, never marked trained.
