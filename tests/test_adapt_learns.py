@@ -49,10 +49,11 @@ def _drafts_on_line(gguf, prompt_ids: list[int], line: list[int]) -> int:
 
 
 def _one_update(base, tmp_path, lr: float):
-    """The trainer's own update (full fine-tuning, its passes over the records) at a step size for a random
-    64-wide model, for which the prompts' text is noise to fit, not a domain to learn (prompt_lam 0)."""
+    """The trainer's own update (full fine-tuning, its passes over the records; the default LoRA's rank-16 deltas
+    on a 64-wide random model are most of its width) at a step size for that model, for which the prompts' text
+    is noise to fit, not a domain to learn (prompt_lam 0)."""
     trainer = Trainer(TrainerConfig(base=str(base), state_dir=str(tmp_path / f"t-{lr}"), interval=4, lr=lr,
-                                    prompt_lam=0.0, qtype="q8_0", threads=2))
+                                    lora_rank=0, prompt_lam=0.0, qtype="q8_0", threads=2))
     vocab = Engine(base, EngineConfig(vocab_only=True))
     try:
         line = vocab.tokenize(STREAMED)
