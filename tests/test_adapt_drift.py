@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 from omnidraft.apps.adapt import run  # noqa: E402
 from omnidraft.apps.adapt_config import AdaptConfig  # noqa: E402
 from omnidraft.assets.prompts import Item, PromptSet  # noqa: E402
+from omnidraft.errors import BadRequest  # noqa: E402
 from omnidraft.runtime.session import Settings  # noqa: E402
 
 from tests.gguf_helpers import tiny_gguf  # noqa: E402
@@ -34,7 +35,7 @@ def test_a_drift_measures_both_sets_at_every_checkpoint(tmp_path_factory, monkey
                       qtype="q8_0", out=str(root / "out"))
     settings = Settings(target=str(target), draft=str(draft), method="omnidraft", policy="fixed", k=2, threads=2,
                         n_ctx=512, draft_n_ctx=512, state_dir=str(root / "state"))
-    monkeypatch.setattr("omnidraft.apps.adapt.load_set", fake_set)
+    monkeypatch.setattr("omnidraft.apps.adapt_items.load_set", fake_set)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         result = run(cfg, settings, threads=2)
@@ -45,3 +46,30 @@ def test_a_drift_measures_both_sets_at_every_checkpoint(tmp_path_factory, monkey
                                                                              (4, "drift", "b")]
     assert len([line for line in printed.getvalue().splitlines() if line.startswith("prompt ")]) == 4
     assert len(result["updates"]) == 2
+
+
+def test_a_target_drift_goes_on_with_the_adapted_drafter_on_the_other_target(tmp_path_factory, monkeypatch):
+    """``--drift-target`` (issue 43 part 3's second drift): after the drift point the same stream goes on against
+    another target of the same vocabulary, with the drafter as adapted so far and the trainer still learning; the
+    held-out prompts are measured right before and right after the switch, and every point names its target."""
+    draft = tiny_gguf(tmp_path_factory, "llama")
+    first, second = tiny_gguf(tmp_path_factory, "qwen2"), tiny_gguf(tmp_path_factory, "qwen2", seed=1)
+    root = tmp_path_factory.mktemp("drift-target")
+    cfg = AdaptConfig(stream_set="a", drift_target=str(second), drift_at=2, n_train=4, n_heldout=1, old_sets="",
+                      interval=2, checkpoints="2", max_tokens=6, eval_max_tokens=12, eval_k=2, lr=1e-3, lora_rank=4,
+                      qtype="q8_0", out=str(root / "out"), control=False)
+    settings = Settings(target=str(first), draft=str(draft), method="omnidraft", policy="fixed", k=2, threads=2,
+                        n_ctx=512, draft_n_ctx=512, state_dir=str(root / "state"))
+    monkeypatch.setattr("omnidraft.apps.adapt_items.load_set", fake_set)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = run(cfg, settings, threads=2)
+    points = [(p["prompts"], p["target"], p["version"]) for p in result["curve"]]
+    assert points == [(0, str(first), "base"), (2, str(first), "v0001"), (2, str(second), "v0001"),
+                      (4, str(second), "v0002")]  # the adapted version crosses the switch; training goes on
+    assert result["drift"]["target"] == str(second) and result["drift"]["at"] == 2
+    assert f"target switched: {first} -> {second} (drafter v0001)" in printed.getvalue()
+    # a drift target of another vocabulary is refused before anything streams
+    cfg.drift_target, cfg.out = str(tiny_gguf(tmp_path_factory, "llama")), str(root / "refused")
+    with pytest.raises(BadRequest, match="vocabulary"):
+        run(cfg, settings, threads=2)

@@ -77,7 +77,7 @@ def test_drift_switches_the_stream_at_its_point(monkeypatch):
         return PromptSet(name, "1", "test", "none", [Item(f"{name}{i}", f"{name} {split} {i}", False, split)
                                                     for split in ("stream", "heldout") for i in range(3)])
 
-    monkeypatch.setattr("omnidraft.apps.adapt.load_set", fake)
+    monkeypatch.setattr("omnidraft.apps.adapt_items.load_set", fake)
     cfg = AdaptConfig(stream_set="a", drift_set="b", n_train=8, n_heldout=2)
     stream, held = load_items(cfg)
     assert cfg.drift_point() == 4

@@ -102,7 +102,7 @@ def test_the_prompt_sets_are_assets():
     g = graph()
     for m in ("prompts", "lang_sets", "repo_sets", "chat_fresh", "stubs", "snapshot"):
         assert f"assets.{m}" in g and f"bench.{m}" not in g, m
-    assert "assets.snapshot" in g["apps.adapt"] and "assets.prompts" in g["distill.sources"]
+    assert "assets.snapshot" in g["apps.adapt_items"] and "assets.prompts" in g["distill.sources"]
     assert "assets.prompts" in g["bench.runner"]
 
 

@@ -34,7 +34,8 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
-from omnidraft.apps.adapt import DEFAULT_TARGET, AdaptConfig, load_items, load_old, prompt_input  # noqa: E402
+from omnidraft.apps.adapt import DEFAULT_TARGET, AdaptConfig  # noqa: E402
+from omnidraft.apps.adapt_items import load_items, load_old, prompt_input  # noqa: E402
 from omnidraft.assets import models  # noqa: E402
 from omnidraft.speculative.drafters import DraftCounters, prompt_lookup  # noqa: E402
 from omnidraft.speculative.step import Draft, Verdict  # noqa: E402

@@ -46,12 +46,12 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from omnidraft.assets import models
-from omnidraft.assets.snapshot import load_set
 from omnidraft.errors import BadRequest
+from omnidraft.llama.engine import Engine, EngineConfig
 from omnidraft.online.outbox import Outbox, Uploader
 from omnidraft.online.rates import acceptance_text, measured
 from omnidraft.online.records import build_record
@@ -60,9 +60,11 @@ from omnidraft.runtime.session import Session
 from omnidraft.speculative.generator import GenerationParams
 from omnidraft.speculative.policy import DraftPolicy, PolicyConfig
 from omnidraft.speculative.stats import GenerationStats
+from omnidraft.vocab.bridge import vocab_fingerprint
 from omnidraft.vocab.ngram_cache import NGramCache
 
 from .adapt_config import AdaptConfig
+from .adapt_items import Items, Prompt, load_drift, load_items, load_old, prompt_input
 from .adapt_procs import TrainerProcess, export_control
 from .adapt_report import plot as _report_plot
 from .adapt_report import summary, summary_lines
@@ -72,59 +74,6 @@ log = logging.getLogger(__name__)
 # the target `omnidraft adapt` defaults to: the 0.5B in the speed format, whose verification batches are
 # bit-identical up to 8 rows here (the Q4_K_M file allows 3, which would cap the held-out draft length at 2)
 DEFAULT_TARGET = "qwen2.5-coder-0.5b:q4_0_pure"
-
-
-Prompt = tuple[str, bool]  # (text, send through the chat template?)
-
-
-@dataclass
-class Items:
-    """Every prompt a run uses."""
-
-    stream: list[Prompt]
-    heldout: list[Prompt]
-    old: dict[str, list[Prompt]]  # old domain -> its held-out prompts
-    replay: list[Prompt]  # the old domains' stream prompts, whose records are replayed
-    drift: list[Prompt] = field(default_factory=list)  # the held-out prompts of the set the stream drifts to
-
-
-def load_items(cfg: AdaptConfig) -> tuple[list[Prompt], list[Prompt]]:
-    """(training stream, held-out) prompts, from --prompts (chat messages) or from a prompt set."""
-    if cfg.prompts:
-        if cfg.drift_set:
-            raise BadRequest("--drift-set drifts from one prompt set to another: give --stream-set, not --prompts")
-        prompts = load_prompts(cfg.prompts)
-        if len(prompts) <= cfg.n_heldout:
-            raise ValueError(f"need more than {cfg.n_heldout} prompts, have {len(prompts)}")
-        heldout, pool = prompts[-cfg.n_heldout:], prompts[: -cfg.n_heldout]
-        return [(pool[i % len(pool)], True) for i in range(cfg.n_train)], [(p, True) for p in heldout]
-    stream = [(i.prompt, i.chat) for i in load_set(cfg.stream_set).split("stream")]
-    held = [(i.prompt, i.chat) for i in load_set(cfg.eval_set or cfg.stream_set).split("heldout")]
-    at = cfg.drift_point()
-    items = [stream[i % len(stream)] for i in range(at)]
-    if at < cfg.n_train:  # the drift: the rest of the stream from the other set
-        other = [(i.prompt, i.chat) for i in load_set(cfg.drift_set).split("stream")]
-        items += [other[i % len(other)] for i in range(cfg.n_train - at)]
-    return items, held[: cfg.n_heldout]
-
-
-def load_drift(cfg: AdaptConfig) -> list[Prompt]:
-    """The held-out prompts of the set the stream drifts to ([] without a drift)."""
-    if not cfg.drift_set:
-        return []
-    return [(i.prompt, i.chat) for i in load_set(cfg.drift_set).split("heldout")][: cfg.n_heldout]
-
-
-def prompt_input(gen, item: Prompt):
-    text, chat = item
-    return gen.prompt_from_messages([{"role": "user", "content": text}]) if chat else gen.prompt_from_text(text)
-
-
-def load_prompts(path: str) -> list[str]:
-    text = Path(path).read_text()
-    if text.lstrip().startswith("["):
-        return [str(p) for p in json.loads(text)]
-    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None, records: list | None = None) -> dict:
@@ -156,16 +105,6 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
             "draft_lengths": dict(sorted(lengths.items())), "k": k_run, "k_asked": k,
             "tokens": total.completion_tokens, "target_passes": total.target_passes,
             "seconds": round(time.perf_counter() - t0, 2)}
-
-
-def load_old(cfg: AdaptConfig) -> tuple[dict[str, list[Prompt]], list[Prompt]]:
-    """(old domain -> its held-out prompts, the replay prompts: each old domain's first stream prompts)."""
-    old, replay = {}, []
-    for name in filter(None, cfg.old_sets.split(",")):
-        ps = load_set(name)
-        old[name] = [(i.prompt, i.chat) for i in ps.split("heldout")[: cfg.n_old]]
-        replay += [(i.prompt, i.chat) for i in ps.split("stream")[: cfg.n_replay]]
-    return old, replay
 
 
 def answer_record(session, item: Prompt, max_tokens: int, record_topk: int, version: str | None = None):
@@ -228,7 +167,8 @@ class Run:
         """Evaluate the drafter in use; print it; keep it in the registry's heldout.json."""
         cfg = self.cfg
         ev = evaluate(self.session, prompts, cfg.eval_max_tokens, cfg.eval_k, self.empty)
-        pt = {"kind": kind, "set": set_name, "prompts": prompts_seen, "version": self.session.drafter_version, **ev}
+        pt = {"kind": kind, "set": set_name, "prompts": prompts_seen, "version": self.session.drafter_version,
+              "target": self.session.settings.target, **ev}
         _show(pt, label)
         self.registry.add_evaluation({k: v for k, v in pt.items() if k != "draft_lengths"})
         return pt
@@ -248,6 +188,12 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
         session.close()
         raise BadRequest(f"adapt trains a drafter model; method {settings.method!r} has none")
     bridge = session.pair.bridge
+    if cfg.drift_target:
+        try:
+            check_drift_target(cfg.drift_target, bridge.target_fp)
+        except BadRequest:
+            session.close()
+            raise
     r = Run(cfg, settings, session, Items(stream, heldout, old, replay, load_drift(cfg)),
             DrafterRegistry(out / "trainer" / "registry"), NGramCache(bridge.draft_fp, bridge.target_fp), threads)
     trainer = None
@@ -268,8 +214,8 @@ def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:
     finally:
         if trainer is not None:
             trainer.stop()
-        session.save_state()
-        session.close()
+        r.session.save_state()  # a target drift replaced the session it started with
+        r.session.close()
     return _report(r, trainer.history() if trainer else [], out, time.perf_counter() - t_start)
 
 
@@ -343,16 +289,47 @@ def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
                 trainer.registry.annotate(s.drafter_version, {"heldout": r.curve[-1]})
                 if r.items.drift:
                     r.drift_curve.append(r.measure(r.items.drift, "drift", cfg.drift_set, i))
+            if cfg.drift_target and i == cfg.drift_point() < len(r.items.stream):
+                s = _switch_target(r, cfg.drift_target)
+                r.curve.append(r.measure(r.items.heldout, "curve", new, i, f"after {i:3d} prompts, target switched "
+                                         f"to {cfg.drift_target} [{s.drafter_version}]"))
     finally:
         uploader.stop()
+
+
+def check_drift_target(target: str, target_fp: str) -> None:
+    """Refuse, before anything streams, a drift target whose vocabulary is not the first target's: the records,
+    the n-gram cache and the drafter's mapping all speak that one (qwen2.5-coder-0.5b <-> 1.5b share it)."""
+    with Engine(models.resolve(target), EngineConfig(vocab_only=True)) as e:
+        if vocab_fingerprint(e.token_bytes) != target_fp:
+            raise BadRequest(f"--drift-target {target}: its vocabulary is not the first target's; a target drift "
+                             "keeps the vocabulary (qwen2.5-coder-0.5b <-> 1.5b)")
+
+
+def _switch_target(r: Run, target: str) -> Session:
+    """The target drift: a session on ``target`` with the drafter as adapted so far (the registry's current
+    version), the trainer and the stream going on (``check_drift_target`` made sure that it speaks the first
+    target's vocabulary)."""
+    old = r.session
+    settings = replace(r.settings, target=target)
+    new = Session(settings, registry=old.registry).warm_up()
+    if r.cfg.verify_batch:
+        new.max_verify_batch = r.cfg.verify_batch
+    new.maybe_swap()  # the version the first target's records trained
+    old.save_state()
+    old.close()
+    r.session, r.settings = new, settings
+    print(f"target switched: {old.settings.target} -> {target} (drafter {new.drafter_version})", flush=True)
+    return new
 
 
 def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:
     for u in updates:
         u["swap_s"] = r.swaps.get(u.get("version"), 0.0)
     result = {"curve": r.curve, "control": r.control, "old": r.old, "updates": updates,
-              "drift": {"set": r.cfg.drift_set, "at": r.cfg.drift_point(), "curve": r.drift_curve,
-                        "control": r.drift_control} if r.cfg.drift_set else None,
+              "drift": {"set": r.cfg.drift_set, "target": r.cfg.drift_target, "at": r.cfg.drift_point(),
+                        "curve": r.drift_curve, "control": r.drift_control}
+              if r.cfg.drift_set or r.cfg.drift_target else None,
               "summary": summary(r.curve, r.control, r.old, updates, round(seconds, 1), len(r.items.stream)),
               "heldout": r.items.heldout, "config": r.cfg.__dict__, "settings": r.settings.__dict__,
               "seconds": round(seconds, 1)}

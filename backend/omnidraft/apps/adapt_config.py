@@ -65,6 +65,10 @@ class AdaptConfig:
     drift_set: str = field(default="", metadata={"help": "drift: after --drift-at stream prompts the stream switches "
                                                          "to this prompt set; its held-out prompts are measured "
                                                          "beside the first set's at every evaluation"})
+    drift_target: str = field(default="", metadata={"help": "drift: after --drift-at stream prompts the target "
+                                                            "becomes this model (one of the same vocabulary: "
+                                                            "qwen2.5-coder-0.5b <-> 1.5b); the held-out prompts are "
+                                                            "measured with it from then on, first right at the switch"})
     drift_at: int = field(default=0, metadata={"help": "stream prompts before the drift (0 = half of --n-train)",
                                                "range": (0, 10 ** 9)})
     trainer_device: str = field(default="cpu", metadata={"help": "torch device of the trainer's steps (cpu | cuda)"})
@@ -83,7 +87,7 @@ class AdaptConfig:
 
     def drift_point(self) -> int:
         """Stream prompts before the drift (``n_train``: no drift)."""
-        if not self.drift_set:
+        if not self.drift_set and not self.drift_target:
             return self.n_train
         return min(self.drift_at or self.n_train // 2, self.n_train)
 

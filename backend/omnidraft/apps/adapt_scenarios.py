@@ -60,6 +60,11 @@ SCENARIOS: dict[str, Scenario] = {
                              "measures JavaScript's held-out prompts, the drift curve French's (issue 43 part 3)",
                              {"stream_set": "javascript", "drift_set": "nl-fr-long", "drift_at": 256, "n_train": 512,
                               "checkpoints": DRIFT}),
+    "drift-target": Scenario("the shipped drafter on JavaScript with the 0.5B for 256 requests, then with the 1.5B "
+                             "(the same vocabulary) for 256: the curve is measured with the target in use, right "
+                             "before and right after the switch (issue 43 part 3)",
+                             {"stream_set": "javascript", "drift_target": UNSEEN_TARGET, "drift_at": 256,
+                              "n_train": 512, "checkpoints": DRIFT}),
 }
 
 
