@@ -27,24 +27,30 @@ def fake_set(name, seed=0):
     return PromptSet(name, 1, "test", "none", items + [Item(f"{name}h", TEXTS[name][2], False, "heldout")])
 
 
-def test_a_drift_measures_both_sets_at_every_checkpoint(tmp_path_factory, monkeypatch):
-    draft, target = tiny_gguf(tmp_path_factory, "llama"), tiny_gguf(tmp_path_factory, "qwen2")
-    root = tmp_path_factory.mktemp("drift")
-    cfg = AdaptConfig(stream_set="a", drift_set="b", drift_at=2, n_train=4, n_heldout=1, old_sets="", interval=2,
-                      checkpoints="2", max_tokens=6, eval_max_tokens=12, eval_k=2, lr=1e-3, lora_rank=4,
-                      qtype="q8_0", out=str(root / "out"))
-    settings = Settings(target=str(target), draft=str(draft), method="omnidraft", policy="fixed", k=2, threads=2,
-                        n_ctx=512, draft_n_ctx=512, state_dir=str(root / "state"))
+def _drift_run(tmp_path_factory, monkeypatch, target, name: str, **drift) -> tuple[AdaptConfig, Settings, dict, str]:
+    """A 4-prompt stream drifting after 2 (``drift``: the AdaptConfig fields), tiny models, one update each half."""
+    root = tmp_path_factory.mktemp(name)
+    cfg = AdaptConfig(stream_set="a", drift_at=2, n_train=4, n_heldout=1, old_sets="", interval=2, checkpoints="2",
+                      max_tokens=6, eval_max_tokens=12, eval_k=2, lr=1e-3, lora_rank=4, qtype="q8_0",
+                      out=str(root / "out"), **drift)
+    settings = Settings(target=str(target), draft=str(tiny_gguf(tmp_path_factory, "llama")), method="omnidraft",
+                        policy="fixed", k=2, threads=2, n_ctx=512, draft_n_ctx=512, state_dir=str(root / "state"))
     monkeypatch.setattr("omnidraft.apps.adapt_items.load_set", fake_set)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         result = run(cfg, settings, threads=2)
+    return cfg, settings, result, printed.getvalue()
+
+
+def test_a_drift_measures_both_sets_at_every_checkpoint(tmp_path_factory, monkeypatch):
+    _, _, result, printed = _drift_run(tmp_path_factory, monkeypatch, tiny_gguf(tmp_path_factory, "qwen2"), "drift",
+                                       drift_set="b")
     assert [p["prompts"] for p in result["curve"]] == [0, 2, 4]
     drift = result["drift"]
     assert drift["set"] == "b" and drift["at"] == 2 and drift["control"]["set"] == "b"
     assert [(p["prompts"], p["kind"], p["set"]) for p in drift["curve"]] == [(0, "drift", "b"), (2, "drift", "b"),
                                                                              (4, "drift", "b")]
-    assert len([line for line in printed.getvalue().splitlines() if line.startswith("prompt ")]) == 4
+    assert len([line for line in printed.splitlines() if line.startswith("prompt ")]) == 4
     assert len(result["updates"]) == 2
 
 
@@ -52,24 +58,15 @@ def test_a_target_drift_goes_on_with_the_adapted_drafter_on_the_other_target(tmp
     """``--drift-target`` (issue 43 part 3's second drift): after the drift point the same stream goes on against
     another target of the same vocabulary, with the drafter as adapted so far and the trainer still learning; the
     held-out prompts are measured right before and right after the switch, and every point names its target."""
-    draft = tiny_gguf(tmp_path_factory, "llama")
     first, second = tiny_gguf(tmp_path_factory, "qwen2"), tiny_gguf(tmp_path_factory, "qwen2", seed=1)
-    root = tmp_path_factory.mktemp("drift-target")
-    cfg = AdaptConfig(stream_set="a", drift_target=str(second), drift_at=2, n_train=4, n_heldout=1, old_sets="",
-                      interval=2, checkpoints="2", max_tokens=6, eval_max_tokens=12, eval_k=2, lr=1e-3, lora_rank=4,
-                      qtype="q8_0", out=str(root / "out"), control=False)
-    settings = Settings(target=str(first), draft=str(draft), method="omnidraft", policy="fixed", k=2, threads=2,
-                        n_ctx=512, draft_n_ctx=512, state_dir=str(root / "state"))
-    monkeypatch.setattr("omnidraft.apps.adapt_items.load_set", fake_set)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        result = run(cfg, settings, threads=2)
+    cfg, settings, result, printed = _drift_run(tmp_path_factory, monkeypatch, first, "drift-target",
+                                                drift_target=str(second), control=False)
     points = [(p["prompts"], p["target"], p["version"]) for p in result["curve"]]
     assert points == [(0, str(first), "base"), (2, str(first), "v0001"), (2, str(second), "v0001"),
                       (4, str(second), "v0002")]  # the adapted version crosses the switch; training goes on
     assert result["drift"]["target"] == str(second) and result["drift"]["at"] == 2
-    assert f"target switched: {first} -> {second} (drafter v0001)" in printed.getvalue()
+    assert f"target switched: {first} -> {second} (drafter v0001)" in printed
     # a drift target of another vocabulary is refused before anything streams
-    cfg.drift_target, cfg.out = str(tiny_gguf(tmp_path_factory, "llama")), str(root / "refused")
+    cfg.drift_target, cfg.out = str(tiny_gguf(tmp_path_factory, "llama")), cfg.out + "-refused"
     with pytest.raises(BadRequest, match="vocabulary"):
         run(cfg, settings, threads=2)
