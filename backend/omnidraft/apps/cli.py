@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 
 from omnidraft.assets import models
@@ -111,8 +112,15 @@ def _cmd_adapt(args: argparse.Namespace) -> int:
 
     apply(args)  # --scenario's settings under the flags given (issue 43)
     settings = dataclass_from_args(Settings, args)
+    exit_on_sigterm()
     run(dataclass_from_args(AdaptConfig, args), settings, threads=settings.threads)
     return 0
+
+
+def exit_on_sigterm() -> None:
+    """A kill (SIGTERM) ends the command as Ctrl-C does, through its ``finally`` blocks: adapt's stops the trainer
+    child, which a plain SIGTERM left serving on its loopback port (seen 2026-12-02)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 # -------------------------------------------------------------------- main
