@@ -60,11 +60,14 @@ def test_a_target_drift_goes_on_with_the_adapted_drafter_on_the_other_target(tmp
     held-out prompts are measured right before and right after the switch, and every point names its target."""
     first, second = tiny_gguf(tmp_path_factory, "qwen2"), tiny_gguf(tmp_path_factory, "qwen2", seed=1)
     cfg, settings, result, printed = _drift_run(tmp_path_factory, monkeypatch, first, "drift-target",
-                                                drift_target=str(second), control=False)
+                                                drift_target=str(second))
     points = [(p["prompts"], p["target"], p["version"]) for p in result["curve"]]
     assert points == [(0, str(first), "base"), (2, str(first), "v0001"), (2, str(second), "v0001"),
                       (4, str(second), "v0002")]  # the adapted version crosses the switch; training goes on
     assert result["drift"]["target"] == str(second) and result["drift"]["at"] == 2
+    # the control is measured on both targets: the curve after the switch is read against the new target's
+    assert (result["control"]["target"], result["drift"]["control"]["target"]) == (str(first), str(second))
+    assert result["drift"]["control"]["prompts"] == 2
     assert f"target switched: {first} -> {second} (drafter v0001)" in printed
     # a drift target of another vocabulary is refused before anything streams
     cfg.drift_target, cfg.out = str(tiny_gguf(tmp_path_factory, "llama")), cfg.out + "-refused"

@@ -159,7 +159,8 @@ class Run:
     curve: list[dict] = field(default_factory=list)
     control: dict | None = None
     drift_curve: list[dict] = field(default_factory=list)  # the drift set's held-out, at the same points
-    drift_control: dict | None = None
+    drift_control: dict | None = None  # a set drift: the control on that set; a target drift: on the new target
+    control_file: tuple[Path, dict] | None = None  # the control's GGUF and its export's meta, for a target drift
     old: dict[str, dict] = field(default_factory=dict)  # old domain -> {"before": point, "after": point}
     swaps: dict[str, float] = field(default_factory=dict)  # version -> seconds its swap took
 
@@ -252,6 +253,7 @@ def _control(r: Run, path: Path, meta: dict) -> None:
     cfg, s, settings = r.cfg, r.session, r.settings
     new = cfg.new_domain()
     s.load_drafter(str(path))
+    r.control_file = (path, meta)
     r.control = {**r.measure(r.items.heldout, "control", new, 0, "control"), **meta,
                  "version": f"control ({meta['qtype']}, untrained)"}
     if r.items.drift:
@@ -315,10 +317,15 @@ def _switch_target(r: Run, target: str) -> Session:
     new = Session(settings, registry=old.registry).warm_up()
     if r.cfg.verify_batch:
         new.max_verify_batch = r.cfg.verify_batch
-    new.maybe_swap()  # the version the first target's records trained
     old.save_state()
     old.close()
     r.session, r.settings = new, settings
+    if r.control_file is not None:  # the static drafter on the new target: the line the rest of the curve is read by
+        path, meta = r.control_file
+        new.load_drafter(str(path))
+        r.drift_control = {**r.measure(r.items.heldout, "control", r.cfg.new_domain(), r.cfg.drift_point(),
+                                       f"control on {target}"), **meta, "version": f"control ({meta['qtype']}, untrained)"}
+    new.maybe_swap()  # the version the first target's records trained
     print(f"target switched: {old.settings.target} -> {target} (drafter {new.drafter_version})", flush=True)
     return new
 
@@ -330,7 +337,7 @@ def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:
               "drift": {"set": r.cfg.drift_set, "target": r.cfg.drift_target, "at": r.cfg.drift_point(),
                         "curve": r.drift_curve, "control": r.drift_control}
               if r.cfg.drift_set or r.cfg.drift_target else None,
-              "summary": summary(r.curve, r.control, r.old, updates, round(seconds, 1), len(r.items.stream)),
+              "summary": _summary(r, updates, seconds),
               "heldout": r.items.heldout, "config": r.cfg.__dict__, "settings": r.settings.__dict__,
               "seconds": round(seconds, 1)}
     for line in summary_lines(result["summary"]):
@@ -341,6 +348,15 @@ def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:
     print(f"{result['seconds']:.0f} s; wrote {out / 'adapt.json'}"
           + (f" and {path}" if path else " (no plot: matplotlib missing)"))
     return result
+
+
+def _summary(r: Run, updates: list[dict], seconds: float) -> dict:
+    """The goals' figures; after a target drift, of the points on the new target against the control on it."""
+    curve, control = r.curve, r.control
+    if r.cfg.drift_target and r.drift_control is not None:
+        curve = [p for p in r.curve if p["target"] == r.cfg.drift_target]
+        control = r.drift_control
+    return summary(curve, control, r.old, updates, round(seconds, 1), len(r.items.stream))
 
 
 def _show(pt: dict, label: str = "") -> None:
