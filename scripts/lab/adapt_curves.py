@@ -15,6 +15,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "backend")]
+
+from omnidraft.apps.adapt_report import summary  # noqa: E402
+
 RECOVERED = 2.0  # points: "recovery to within 2 points of the pre-drift level" (issue 43 part 3)
 
 
@@ -30,8 +34,8 @@ def curve_figures(curve: list[dict], control: dict) -> dict:
               "tau_gain_pct": round(100 * (p["tau"] / control["tau"] - 1), 2)} for p in pts]
     best = max(gains, key=lambda g: g["points"])
     a, b = pts[-2], pts[-1]
-    return {"points": gains, "best": best,
-            "crossed": {f"+{c}": next((g["prompts"] for g in gains if g["points"] >= c), None) for c in (5, 10)},
+    crossed = summary(pts, control, {}, [], 0.0, within=b["prompts"])["measured"]["crossed"]  # adapt's own reading
+    return {"points": gains, "best": best, "crossed": crossed,
             "slope_at_end": {"from": a["prompts"], "to": b["prompts"],
                              "points_per_100": round(1e4 * (b["acceptance"] - a["acceptance"]) /
                                                      (b["prompts"] - a["prompts"]), 2)}}

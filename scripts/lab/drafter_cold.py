@@ -106,7 +106,7 @@ def loop(target: str, set_name: str, n: int, batch_threads: int = 0) -> dict:
     per_token = tot["target_alone_decode_s"] / max(tot["target_alone_tokens"], 1)
     share = tot["drafter_in_steps_s"] / max(tot["proposed"], 1) / per_token
     out = {"totals": dict(tot), "drafter_decodes": passes, "target_decode_ms": round(per_token * 1e3, 2),
-           "drafter_threads": {"one_token": draft.live_threads, "batch": batch_threads or draft.config.threads()[1]},
+           "drafter_threads": {"one_token": draft.live_threads, "batch": batch_threads or draft.live_threads},
            "drafter_share_per_proposed_token": round(share, 4)}
     print(json.dumps(out, indent=1))
     return out
@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--set", default="humaneval")
     ap.add_argument("--n", type=int, default=6)
     ap.add_argument("--batch-threads", type=int, default=0, help="loop: the drafter's batched passes' threads "
-                    "(0: as the pair sets them)")
+                    "(0: as the pair sets them, the one-token count: Engine.set_threads sets both)")
     ap.add_argument("--out")
     a = ap.parse_args()
     res = cold(a.target, a.rounds) if a.what == "cold" else loop(a.target, a.set, a.n, a.batch_threads)

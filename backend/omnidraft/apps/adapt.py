@@ -254,12 +254,16 @@ def _control(r: Run, path: Path, meta: dict) -> None:
     new = cfg.new_domain()
     s.load_drafter(str(path))
     r.control_file = (path, meta)
-    r.control = {**r.measure(r.items.heldout, "control", new, 0, "control"), **meta,
-                 "version": f"control ({meta['qtype']}, untrained)"}
+    r.control = _control_point(r, r.items.heldout, new, 0, "control", meta)
     if r.items.drift:
-        r.drift_control = {**r.measure(r.items.drift, "control", cfg.drift_set, 0, f"{cfg.drift_set} control"),
-                           **meta, "version": f"control ({meta['qtype']}, untrained)"}
+        r.drift_control = _control_point(r, r.items.drift, cfg.drift_set, 0, f"{cfg.drift_set} control", meta)
     s.load_drafter(settings.draft)
+
+
+def _control_point(r: Run, prompts: list[Prompt], set_name: str, prompts_seen: int, label: str, meta: dict) -> dict:
+    """The control (loaded in the session now) measured on ``prompts``, with its export's meta."""
+    return {**r.measure(prompts, "control", set_name, prompts_seen, label), **meta,
+            "version": f"control ({meta['qtype']}, untrained)"}
 
 
 def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
@@ -323,8 +327,8 @@ def _switch_target(r: Run, target: str) -> Session:
     if r.control_file is not None:  # the static drafter on the new target: the line the rest of the curve is read by
         path, meta = r.control_file
         new.load_drafter(str(path))
-        r.drift_control = {**r.measure(r.items.heldout, "control", r.cfg.new_domain(), r.cfg.drift_point(),
-                                       f"control on {target}"), **meta, "version": f"control ({meta['qtype']}, untrained)"}
+        r.drift_control = _control_point(r, r.items.heldout, r.cfg.new_domain(), r.cfg.drift_point(),
+                                         f"control on {target}", meta)
     new.maybe_swap()  # the version the first target's records trained
     print(f"target switched: {old.settings.target} -> {target} (drafter {new.drafter_version})", flush=True)
     return new

@@ -35,10 +35,7 @@ class AdaptConfig:
     eval_k: int = field(default=4, metadata={"help": "draft length of the held-out evaluation (fixed policy, "
                                                      "whatever --policy the stream uses)"})
     record_topk: int = field(default=8, metadata={"help": "target top-k kept per position in records"})
-    # LoRA of rank 16 at lr 1e-3 by default (issue 43, 2026-12-02): on 256-512-request streams full fine-tuning at lr 1e-4
-    # forgot what it did not stream (old domains -4 to -9 points by 512, a not-yet-streamed set -7.6 by 256) where
-    # LoRA kept them within 1.5, for the same gain on the new domain (+6.2 points at 256); on 64 requests the two are
-    # within noise of each other, LoRA's CPU updates the faster (BENCHMARKS.md, Adaptation, "512 requests")
+    # the trainer's default update, LoRA of rank 16 at lr 1e-3 (why: trainer.service.TrainerConfig)
     lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate"})
     lam: float = field(default=0.2, metadata={"help": "lambda: weight of the n-gram NLL term"})
     lora_rank: int = field(default=16, metadata={"help": "LoRA rank; 0 = full fine-tuning of the layers"})

@@ -78,12 +78,14 @@ def load(name: str, seed: int = 0) -> PromptSet:
     for split, most in (("heldout", _NL1_HELDOUT), ("stream", _NL1_STREAM)):
         part = [p for p in pages if _man_split(p) == split]
         part = random.Random(f"nl-{lang}:{seed}:{split}").sample(part, len(part))
-        per_page, most = (_LONG_PER_PAGE, None) if long and split == "stream" else (_NL1_PER_PAGE, most)
+        per_page, need = _NL1_PER_PAGE, most
+        if long and split == "stream":  # every window of the stream pages, at least as many as the short set's
+            per_page, most = _LONG_PER_PAGE, None
         got = _interleave([Item(f"{lang}:{p.parent.name}/{p.name}:{line + 1}", text, False, split)
                            for line, text in _page_windows(p, per_page)] for p in part)[:most]
-        if len(got) < (most or _NL1_STREAM):
+        if len(got) < need:
             raise PromptSourceMissing(
-                f"nl-{lang}: {len(got)} usable {split} windows of translated man pages (need {most}) under "
+                f"{name}: {len(got)} usable {split} windows of translated man pages (need {need}) under "
                 f"/usr/share/man/{lang} (Debian/Ubuntu: manpages-{lang.split('_')[0]}, manpages-l10n, ...)")
         items += got
     return PromptSet(name, VERSION, f"this machine's man pages translated to {lang} (/usr/share/man/{lang})",
