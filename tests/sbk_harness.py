@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 PATCH = Path(__file__).resolve().parents[1] / "backend" / "omnidraft" / "llama" / "patch"
-SOURCES = (PATCH / "sbk.cpp", PATCH / "sbkx8.cpp", PATCH / "sbq6x8.cpp")  # plain; Q4_K and Q6_K in 8-row interleaves
+SOURCES = (PATCH / "sbk.cpp", PATCH / "sbkx8.cpp", PATCH / "sbq6x8.cpp",  # plain; Q4_K and Q6_K in 8-row interleaves
+           PATCH / "q8k.cpp")  # the Q8_K activations
 SOURCE_COST = {"sbkx8.cpp": 3, "sbq6x8.cpp": 2, "sbk.cpp": 1}  # compile order only (13.6 / 5.6 / 2.5 s, AVX2)
 Q5_0, Q8_0, Q4_K, Q6_K = 6, 8, 12, 14
 QK_K = 256
@@ -118,12 +119,14 @@ def _link(tier: str, defines: tuple[str, ...], out_dir: Path) -> ctypes.CDLL:
                                    ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
     dll.sbk_q6kx8_gemm.restype = ctypes.c_int
     dll.sbk_q6kx8_gemm.argtypes = dll.sbk_q4kx8_gemm.argtypes
+    dll.sbk_quantize_q8_K.restype = ctypes.c_int
+    dll.sbk_quantize_q8_K.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     _built[tier, defines] = dll
     return dll
 
 
 def build(tier: str, out_dir: Path, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """sbk.cpp, sbkx8.cpp and sbq6x8.cpp as one shared library for one tier (g++ or c++ from PATH);
+    """sbk.cpp, sbkx8.cpp, sbq6x8.cpp and q8k.cpp as one shared library for one tier (g++ or c++ from PATH);
     ``defines``: extra -D switches (e.g. ``SBKX8_YMM``), which also name the library.  Built once per process
     (``build_many`` builds several at once)."""
     return build_many([(tier, defines)], out_dir)[tier, defines]

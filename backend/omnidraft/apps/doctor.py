@@ -103,8 +103,11 @@ def _sbk_line() -> str:
           "; fast-mode (repacked) Q4_K too (not Q6_K: this build predates sbq6x8.cpp, rerun setup)"
           if llama_build.has_sbkx8() else
           "; not fast-mode (repacked) Q4_K: this build predates sbkx8.cpp, rerun setup")
+    q8k = ("; activations quantized with AVX2 (q8k.cpp, the reference's bytes)" if llama_build.has_q8k() else
+           "; activations by ggml's scalar quantizer (this build predates q8k.cpp, rerun setup)"
+           if variant < 4 else "")
     return (f"{_SBQ4_NAMES.get(variant, variant)}, {state}: exact-mode Q4_K / Q6_K / Q5_0 / Q8_0 batches of 1-8 "
-            f"rows (Q4_K_M files as downloaded){x8}, bit-identical to decoding{arm}")
+            f"rows (Q4_K_M files as downloaded){x8}{q8k}, bit-identical to decoding{arm}")
 
 
 def _cxx_runtime() -> str:

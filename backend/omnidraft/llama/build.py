@@ -55,10 +55,12 @@ TIERS = ("native", "safe", "baseline")
 COMMON = ["-DLLAVA_BUILD=OFF", "-DGGML_LLAMAFILE=OFF"]
 # The patch: the kernels' own files, copied into ggml-cpu/, and the hooks that call them, in this order;
 # then frhead.patch, which lets a drafter carry a head over its most frequent tokens (gguf_tools.frhead); then
-# sbq6x8-hook.patch, which repacks Q6_K on x86 too (the fast mode) for sbq6x8.cpp.
-KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h", "sbkx8.cpp", "sbq6x8.cpp")
+# sbq6x8-hook.patch, which repacks Q6_K on x86 too (the fast mode) for sbq6x8.cpp; then q8k-hook.patch, which
+# quantizes x86 Q8_K activations (every Q4_K and Q6_K product's) with AVX2 instead of ggml's scalar reference;
+# then fa-hook.patch, which keeps flash attention's one-row decode on the path batched rows take.
+KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h", "sbkx8.cpp", "sbq6x8.cpp", "q8k.cpp")
 HOOKS = ("sbq4-hook.patch", "sbk-hook.patch", "sbkx8-hook.patch", "sbq4-arm-hook.patch", "frhead.patch",
-         "sbq6x8-hook.patch")
+         "sbq6x8-hook.patch", "q8k-hook.patch", "fa-hook.patch")
 FRHEAD_MARK = b"omnidraft.head_rows"  # the GGUF key frhead.patch reads: in libllama's strings only when patched
 
 # ggml option -> the /proc/cpuinfo flags it needs (all of them)
@@ -260,6 +262,25 @@ def has_sbq6x8() -> bool:
     return lib is not None and getattr(lib, "sbk_q6kx8_gemm", None) is not None
 
 
+def has_q8k() -> bool:
+    """Whether the build carries q8k.cpp: x86 Q8_K activations (every Q4_K and Q6_K product's) quantized with
+    AVX2, the bytes of ggml's scalar reference."""
+    lib = _cpu_lib()
+    return lib is not None and getattr(lib, "sbk_quantize_q8_K", None) is not None
+
+
+def has_fa_invariant() -> bool:
+    """Whether the build carries fa-hook.patch: flash attention's rows bit-identical to decoding (a single row
+    no longer splits the KV cache over threads), so the engines can run with it on the CPU."""
+    lib = _cpu_lib()
+    return lib is not None and getattr(lib, "ggml_sbk_fa_rows_invariant", None) is not None
+
+
+def fa_invariant_active() -> bool:
+    """The same, taking ``OMNIDRAFT_SBQ4=0`` (the hook's run-time off) into account."""
+    return not _sbq4_off() and has_fa_invariant()
+
+
 def sbk_active() -> int:
     """The variant plain Q4_K/Q6_K/Q8_0 products (the exact mode's) run through now (0: ggml's own)."""
     return 0 if _sbq4_off() else sbk_variant() or 0
@@ -343,8 +364,10 @@ def main(argv: list[str]) -> int:
     if cmd == "check":  # setup's question: is a (re)build needed?
         why = problems()
         if not why and sbq4_wanted() and (sbq4_variant() is None or sbk_variant() is None or not has_sbkx8()
-                                          or not has_sbq6x8()):
-            why = ["built without omnidraft's small-batch kernels (or without the repacked Q4_K / Q6_K ones)"]
+                                          or not has_sbq6x8() or (is_x86() and not has_q8k())
+                                          or not has_fa_invariant()):
+            why = ["built without omnidraft's small-batch kernels (or without the repacked Q4_K / Q6_K ones, "
+                   "the AVX2 Q8_K quantizer or the flash-attention hook)"]
         elif not why and sbq4_wanted() and not has_frhead():
             why = ["built without omnidraft's frequency-ranked drafter head (frhead.patch)"]
         for line in why:

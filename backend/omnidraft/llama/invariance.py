@@ -97,7 +97,7 @@ class VerifyPlan:
 def _key(path: Path, cfg, mode: str) -> str:
     st = path.stat()
     return "|".join(str(x) for x in (VERSION, path.resolve(), st.st_size, st.st_mtime_ns, cfg.threads(),
-                                     mode, cfg.flash_attn, cfg.n_gpu_layers, llama_build.build_id()))
+                                     mode, cfg.use_flash_attn(), cfg.n_gpu_layers, llama_build.build_id()))
 
 
 def _read(cache_file: Path | None) -> dict:

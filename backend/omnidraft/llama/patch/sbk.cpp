@@ -1016,6 +1016,11 @@ extern "C" int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes,
 static_assert(SBK_TYPE_Q5_0 == GGML_TYPE_Q5_0 && SBK_TYPE_Q8_0 == GGML_TYPE_Q8_0 &&
               SBK_TYPE_Q4_K == GGML_TYPE_Q4_K && SBK_TYPE_Q6_K == GGML_TYPE_Q6_K, "ggml's type numbers moved");
 
+extern "C" int ggml_sbk_fa_rows_invariant(void) {
+    const char * env = getenv("OMNIDRAFT_SBQ4");
+    return !(env != NULL && strcmp(env, "0") == 0);
+}
+
 extern "C" int ggml_sbk_takes(const ggml_tensor * op) {
 #if SBK_VARIANT > 0
     const ggml_tensor * w = op->src[0];

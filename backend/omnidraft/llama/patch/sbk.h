@@ -63,6 +63,11 @@ int sbk_q6kx8_gemm(int64_t k, const void * w, int64_t r0, int64_t r1, const void
                    int n, float * dst, size_t dst_stride);
 int sbk_q6kx8_compiled(void);
 
+// ggml's quantize_row_q8_K_ref with AVX2 (q8k.cpp; x86 ggml calls the scalar reference): the same bytes from
+// k floats (a multiple of 256) into k / 256 block_q8_K.  Returns 0, writing nothing, where the build has no
+// AVX2, or OMNIDRAFT_SBQ4 or OMNIDRAFT_Q8K is "0"; arch/x86/quants.c's quantize_row_q8_K then runs the reference.
+int sbk_quantize_q8_K(const float * x, void * y, int64_t k);
+
 // ---- the hook in ggml-cpu.c (ggml builds only)
 struct ggml_tensor;
 struct ggml_compute_params;
@@ -77,6 +82,13 @@ int ggml_sbk_takes(const struct ggml_tensor * op);
 // already stands at nth).
 void ggml_sbk_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * op,
                       const void * wdata, size_t row_size);
+
+// ---- the hook in ops.cpp (fa-hook.patch): flash attention
+// Whether a single query row must take the path rows of a batch take (no split of the KV cache over threads
+// from 512 cells up, which sums the softmax in another order), so that flash attention's rows are
+// bit-identical to decoding for batches of up to 63 (ggml's tiled path starts at 64): 1 unless OMNIDRAFT_SBQ4
+// is "0" (read at every call).
+int ggml_sbk_fa_rows_invariant(void);
 
 // ---- the hook in repack.cpp (block_q4_Kx8 and block_q6_Kx8 weights, the fast mode's Q4_K and Q6_K)
 // Whether op is a batch sbkx8/sbq6x8 take (Q4_K: 1..8 rows, as ggml_sbk_takes says for the plain layout,
