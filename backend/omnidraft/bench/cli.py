@@ -252,6 +252,8 @@ def _cmd_run(cfg: RunSettings) -> int:
 
 def _configs(methods: list[str], ks: list[int], adaptive: bool, same_vocab: bool, gamma: bool = True,
              adaptive_k: int = 0):
+    if adaptive and not adaptive_k and not ks:
+        raise SystemExit("bench run: with --ks '' the adaptive drafts need a length: give --adaptive-k N")
     out = []
     for m in methods:
         if m == "target":
