@@ -12,6 +12,11 @@ fine-tuning at lr 1e-4, both on 1 H200) gives NAME-h200.json per run and unseen-
 A DIR that holds any of the settings' variants (code-lr3e5/, code-ep1/, code-recent256/, code-lora/: the fourth
 session's runs on 2 H200s, why the code curve fell) gives variant-NAME-h200x2.json per run and one plot of them all,
 unseen-code-variants-h200x2.png, so that the earlier session's files are not overwritten.
+
+A DIR whose code/ or chat/ curve goes past 256 requests (the sixteenth session, 2026-12-02: both with the scenarios'
+LoRA update, rank 16 at lr 1e-3, to 512 requests at once on 1 H200) gives unseen-NAME-512-h200.json per run and
+unseen-NAME-512-h200.png per scenario; each JSON also carries the adapt summary and every update's export, check
+and swap times (adapt.json), where the run finished.
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ WHERE_CHAT = ("lent GPU machine: 1 NVIDIA H200 + 16-core host (the 2-GPU kind wa
 WHERE = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully offloaded (CUDA build of "
          "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; the three "
          "runs at once on the one GPU (2026-11-28)")
+WHERE_512 = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully offloaded (CUDA build of "
+             "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code and chat "
+             "at once on the one GPU, N_TRAIN=512, --checkpoints 64,128,256,384,512 (2026-12-02, sixteenth session)")
+LORA = "LoRA rank 16, lr 1e-3 (the scenarios' update)"
 WHERE_X2 = ("lent GPU machine: 2 NVIDIA H200s + 32-core host; generation fully offloaded (CUDA build of "
             "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; five runs "
             "at once: code, code-ep1 and code-lora on GPU 0, code-lr3e5 and code-recent256 on GPU 1 (2026-11-28)")
@@ -65,10 +74,17 @@ def load_run(folder: Path, name: str, where: str = WHERE) -> dict:
              "acceptance_points_per_100": round(100 * 100 * (b["acceptance"] - a["acceptance"]) /
                                                 (b["prompts"] - a["prompts"]), 2),
              "tau_per_100": round(100 * (b["tau"] - a["tau"]) / (b["prompts"] - a["prompts"]), 4)}
-    return {"run": name, "scenario": scenario, "loss": loss, "where": where, "label": RUNS[name][2], "stream_prompts_seen": seen,
-            "finished": "wrote" in log and "adapt.json" in log, "curve": curve, "control": control,
-            "gains": gains, "slope_at_end": slope, "updates": updates,
-            "goal": {"tau_gain_pct": 25.0, "speedup": 1.2}}
+    out = {"run": name, "scenario": scenario, "loss": loss, "where": where, "label": RUNS[name][2], "stream_prompts_seen": seen,
+           "finished": "wrote" in log and "adapt.json" in log, "curve": curve, "control": control,
+           "gains": gains, "slope_at_end": slope, "updates": updates,
+           "goal": {"tau_gain_pct": 25.0, "speedup": 1.2}}
+    done = folder / f"run-{name}" / "adapt.json"
+    if done.is_file():  # a finished run: its summary, update config and each publish's export / check / swap times
+        a = json.loads(done.read_text())
+        out["summary"], out["config"] = a.get("summary"), a.get("config")
+        out["publish"] = [{k: u.get(k) for k in ("update", "version", "train_s", "export_s", "swap_s", "publish_s")}
+                          for u in a.get("updates", [])]
+    return out
 
 
 def plot(runs: list[dict], path: Path, title: str) -> None:
@@ -106,11 +122,16 @@ def main(argv: list[str]) -> None:
     chat2 = (src / "chat-full").is_dir()
     where = WHERE_X2 if variants else WHERE_CHAT if chat2 else WHERE
     runs = {n: load_run(src / n, n, where) for n in RUNS if (src / n).is_dir()}
+    long = not variants and not chat2 and any(p["prompts"] > 256 for r in runs.values() for p in r["curve"])
+    if long:
+        for r in runs.values():
+            r["where"], r["label"] = WHERE_512, LORA
     if chat2 and "chat" in runs:
         runs["chat"]["label"] = "LoRA rank 16, lr 1e-3 (the scenario's update now)"
     for name, r in runs.items():
         (out / (f"variant-{name}-h200x2.json" if variants else f"{name}-h200.json" if chat2
-                else f"unseen-{name}-h200.json")).write_text(json.dumps(r, indent=1))
+                else f"unseen-{name}-512-h200.json" if long else f"unseen-{name}-h200.json")).write_text(
+            json.dumps(r, indent=1))
         g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %"
                       for x in r["gains"])
         print(f"{name}: {r['stream_prompts_seen']} requests streamed; vs control {g}; slope {r['slope_at_end']}")
@@ -124,6 +145,11 @@ def main(argv: list[str]) -> None:
         plot([runs[n] for n in ("chat", "chat-full") if n in runs], out / "unseen-chat-lora-vs-full-h200.png",
              f"unseen-chat: LoRA rank 16 at lr 1e-3 against full fine-tuning at lr 1e-4 (ShareGPT stream, 32 held out)"
              f"{pair}")
+        return
+    if long:
+        for n, what in (("code", "stdlib stream, 32 HumanEval prompts held out"), ("chat", "ShareGPT stream, 32 held out")):
+            if n in runs:
+                plot([runs[n]], out / f"unseen-{n}-512-h200.png", f"unseen-{n}, {LORA}, 512 requests: {what}{pair}")
         return
     if "code" in runs:
         plot([runs[n] for n in ("code", "code-dm") if n in runs], out / "unseen-code-h200.png",
