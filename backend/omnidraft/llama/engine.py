@@ -76,9 +76,10 @@ class EngineConfig:
 
     def use_flash_attn(self) -> bool:
         """Whether passes run flash attention.  On a CPU it fuses the attention's products, softmax and copies
-        (a 1.5B Q4_K_M decode at 60 tokens of context: 14.4 against 16.1 ms, an 8-row pass 43.5 against 47.4,
-        2-core Zen 5); the patched build makes its rows bit-identical to decoding, which upstream's split of
-        one row's KV cache over threads (from 512 cells up) is not."""
+        (a 1.5B Q4_K_M at 100 tokens of context, 2-core Zen 5: a decode 14.2 against 15.6 ms, an 8-row pass 43.5
+        against 47.0; even at 600; 4- and 8-row passes 7-8 % dearer at 1,000, BENCHMARKS "flash attention kept
+        exact"); the patched build makes its rows bit-identical to decoding, which upstream's split of one
+        row's KV cache over threads (from 512 cells up) is not."""
         if self.flash_attn is not None:
             return self.flash_attn
         forced = os.environ.get("OMNIDRAFT_FLASH_ATTN", "")  # "0" / "1": every engine of the process (A/B runs)
