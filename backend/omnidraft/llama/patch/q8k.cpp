@@ -40,10 +40,14 @@ inline float hmax(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-// The reference's steps for one block, max and iscale given (ggml-quants.c: nearest_int and the loop).
+// The reference's steps for one block, iscale given (ggml-quants.c: nearest_int and the loop).  The product goes
+// through a volatile so that it is rounded to float before the add, as in the reference's build (no FMA): GCC
+// contracts `a * b + c` into one fused multiply-add where it may, which rounds once and can land a half on the
+// other side.
 void quantize_block_scalar(const float * x, float iscale, block_q8_K_view * y) {
     for (int j = 0; j < QK_K; ++j) {
-        const float val = iscale * x[j] + 12582912.f;
+        volatile float p = iscale * x[j];
+        const float val = p + 12582912.f;
         int i;
         memcpy(&i, &val, sizeof i);
         const int v = (i & 0x007fffff) - 0x00400000;
@@ -59,7 +63,9 @@ void quantize_block_scalar(const float * x, float iscale, block_q8_K_view * y) {
     y->d = 1 / iscale;
 }
 
-void quantize_block(const float * x, block_q8_K_view * y) {
+// The reference's max: the first x of the largest |x| (NaNs skipped, as its `ax > amax` skips them); 0 for a
+// block of zeros.  Returns false where the block holds NaN or infinity (then *max comes from the scalar loop).
+bool block_max(const float * x, float * max) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     const __m256 inf = _mm256_set1_ps(__builtin_inff());
     __m256 vmax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
@@ -68,41 +74,31 @@ void quantize_block(const float * x, block_q8_K_view * y) {
         vmax = _mm256_max_ps(a, vmax);
         bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // NaN or infinite
     }
-    if (_mm256_movemask_ps(bad)) {  // the reference skips NaNs in its max (`ax > amax`): so does this loop
-        float amax = 0.0f, max = 0.0f;
+    *max = 0.0f;
+    if (_mm256_movemask_ps(bad)) {
+        float amax = 0.0f;
         for (int j = 0; j < QK_K; ++j) {
-            const float ax = __builtin_fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
+            if (__builtin_fabsf(x[j]) > amax) {
+                amax = __builtin_fabsf(x[j]);
+                *max = x[j];
             }
         }
-        if (amax == 0.0f) {
-            memset(y, 0, sizeof *y);
-        } else {
-            quantize_block_scalar(x, -127.f / max, y);
-        }
-        return;
+        return false;
     }
-    const float amax = hmax(vmax);
-    if (amax == 0.0f) {
-        memset(y, 0, sizeof *y);
-        return;
-    }
-    float max = 0.0f;  // the first x with |x| == amax, its sign included
-    const __m256 va = _mm256_set1_ps(amax);
+    const __m256 va = _mm256_set1_ps(hmax(vmax));
     for (int i = 0; i < QK_K; i += 8) {
         const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), va, _CMP_EQ_OQ));
         if (m) {
-            max = x[i + __builtin_ctz(m)];
+            *max = x[i + __builtin_ctz(m)];
             break;
         }
     }
-    const float iscale = -127.f / max;
-    if (__builtin_isinf(iscale)) {  // |max| below 127 / FLT_MAX: products overflow where cvtps2dq saturates
-        quantize_block_scalar(x, iscale, y);
-        return;
-    }
+    return true;
+}
+
+// 32 values at a time: the products rounded half to even, packed with saturation, and the sums of each 16
+// (sad of the bytes offset to unsigned gives sums of 8, plus 8 * 128 each).
+void quantize_block_simd(const float * x, float iscale, block_q8_K_view * y) {
     const __m256 vs = _mm256_set1_ps(iscale);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const __m256i bias = _mm256_set1_epi8((char) 0x80);
@@ -115,13 +111,28 @@ void quantize_block(const float * x, block_q8_K_view * y) {
         const __m256i b = _mm256_permutevar8x32_epi32(
             _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
         _mm256_storeu_si256((__m256i *) (y->qs + i), b);
-        // the sums of each 16: sad of the bytes offset to unsigned gives sums of 8 (plus 8 * 128 each)
         alignas(32) uint64_t s[4];
         _mm256_store_si256((__m256i *) s, _mm256_sad_epu8(_mm256_xor_si256(b, bias), _mm256_setzero_si256()));
         y->bsums[i / 16] = (int16_t) ((int) (s[0] + s[1]) - 16 * 128);
         y->bsums[i / 16 + 1] = (int16_t) ((int) (s[2] + s[3]) - 16 * 128);
     }
     y->d = 1 / iscale;
+}
+
+void quantize_block(const float * x, block_q8_K_view * y) {
+    float max;
+    const bool finite = block_max(x, &max);
+    if (max == 0.0f) {
+        memset(y, 0, sizeof *y);
+        return;
+    }
+    const float iscale = -127.f / max;
+    // NaN or infinity in the block, or |max| below 127 / FLT_MAX (the products overflow where cvtps2dq saturates)
+    if (!finite || __builtin_isinf(iscale)) {
+        quantize_block_scalar(x, iscale, y);
+    } else {
+        quantize_block_simd(x, iscale, y);
+    }
 }
 
 bool switched_off(const char * name) {
