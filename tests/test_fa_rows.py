@@ -22,53 +22,43 @@ ROWS = 8
 PREFIX = 252  # decoding then crosses 256 cells, where llama.cpp pads the KV cache it attends to to 512
 
 
-def _require_hook() -> None:
+@pytest.fixture
+def hooked(monkeypatch):
+    """Setup's build with its kernels and flash attention at their defaults (no switch set)."""
     if not llama_build.has_fa_invariant():
         pytest.skip("this llama.cpp build has no fa-hook.patch (an upstream build): the engines keep flash attention off")
+    monkeypatch.delenv("OMNIDRAFT_SBQ4", raising=False)
+    monkeypatch.delenv("OMNIDRAFT_FLASH_ATTN", raising=False)
+
+
+def _rows(cfg: EngineConfig) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The 0.5B's one-token rows after a PREFIX-token prefix, and its batches of 1..ROWS there."""
+    with Engine(models.resolve(models.QWEN_05B), cfg) as e:
+        ids = e.tokenize(invariance.PROBE_TEXT)
+        return rows_by_batch(e, (ids * (PREFIX // len(ids) + 1))[:PREFIX], ids[:ROWS])
 
 
 @pytest.mark.parametrize("mode", ["fast", "exact"])
-def test_flash_attention_rows_bit_identical_to_decoding_past_512_cells(mode, monkeypatch):
-    _require_hook()
-    monkeypatch.delenv("OMNIDRAFT_SBQ4", raising=False)
-    monkeypatch.delenv("OMNIDRAFT_FLASH_ATTN", raising=False)
+def test_flash_attention_rows_bit_identical_to_decoding_past_512_cells(mode, hooked):
     cfg = EngineConfig(n_ctx=1024, n_threads=2, batch_invariant=mode == "exact")
     assert cfg.use_flash_attn(), "a CPU engine on setup's build runs flash attention by default"
-    with Engine(models.resolve(models.QWEN_05B), cfg) as e:
-        ids = e.tokenize(invariance.PROBE_TEXT)
-        prefix = (ids * (PREFIX // len(ids) + 1))[:PREFIX]
-        single, batches = rows_by_batch(e, prefix, ids[:ROWS])
+    single, batches = _rows(cfg)
     for n, rows in enumerate(batches, start=1):
         assert np.array_equal(rows, single[:n]), f"{mode}: a batch of {n} rows differs from one-token decoding"
 
 
-def test_flash_attention_rows_do_not_depend_on_the_thread_count(monkeypatch):
+def test_flash_attention_rows_do_not_depend_on_the_thread_count(hooked):
     """ggml hands (row, head) pairs to the threads in chunks, and with the hook a single row takes the same path;
     a row's bits must not move with the number of threads (1 against 4, oversubscribed here on purpose)."""
-    _require_hook()
-    monkeypatch.delenv("OMNIDRAFT_SBQ4", raising=False)
-    monkeypatch.delenv("OMNIDRAFT_FLASH_ATTN", raising=False)
-    rows = {}
-    for threads in (1, 4):
-        with Engine(models.resolve(models.QWEN_05B), EngineConfig(n_ctx=1024, n_threads=threads)) as e:
-            ids = e.tokenize(invariance.PROBE_TEXT)
-            rows[threads] = rows_by_batch(e, (ids * 30)[:PREFIX], ids[:ROWS])[1][-1]
+    rows = {threads: _rows(EngineConfig(n_ctx=1024, n_threads=threads))[1][-1] for threads in (1, 4)}
     assert np.array_equal(rows[1], rows[4])
 
 
-def test_flash_attention_agrees_with_the_plain_attention(monkeypatch):
+def test_flash_attention_agrees_with_the_plain_attention(hooked):
     """The same rows with flash attention off (llama.cpp's products and softmax): the float sums differ in order
     (and flash attention accumulates V in f16), which 24 layers amplify to 0.024-0.028 of the logits' spread on
     this file; argmax never flips on these rows."""
-    _require_hook()
-    monkeypatch.delenv("OMNIDRAFT_SBQ4", raising=False)
-    monkeypatch.delenv("OMNIDRAFT_FLASH_ATTN", raising=False)
-    rows = {}
-    for fa in (False, True):
-        with Engine(models.resolve(models.QWEN_05B), EngineConfig(n_ctx=1024, n_threads=2, flash_attn=fa)) as e:
-            ids = e.tokenize(invariance.PROBE_TEXT)
-            prefix = (ids * (PREFIX // len(ids) + 1))[:PREFIX]
-            rows[fa] = rows_by_batch(e, prefix, ids[:ROWS])[1][-1]
+    rows = {fa: _rows(EngineConfig(n_ctx=1024, n_threads=2, flash_attn=fa))[1][-1] for fa in (False, True)}
     rms = float(np.sqrt(np.mean((rows[True] - rows[False]) ** 2)))
     assert rms <= 0.05 * float(rows[False].std()), f"differs by {rms / rows[False].std():.3g} of the spread"
     assert np.array_equal(rows[True].argmax(1), rows[False].argmax(1))

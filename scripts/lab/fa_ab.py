@@ -12,12 +12,12 @@ runs flash attention is the engine's own flag (EngineConfig.flash_attn), so the 
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 
 from omnidraft.llama.engine import Engine, EngineConfig
+from switch_ab import timed_pass  # this script's folder is on sys.path when it runs
 
 NS = (1, 4, 8)
 
@@ -42,10 +42,7 @@ def main() -> None:
         for r in range(args.rounds):
             for n in NS:
                 for fa, e in (engines.items() if r % 2 == 0 else reversed(engines.items())):
-                    t = time.perf_counter()
-                    e.decode(list(range(500, 500 + n)), logits_for="all")
-                    ms[fa, n].append(1000 * (time.perf_counter() - t))
-                    e.rollback(ctx)
+                    ms[fa, n].append(timed_pass(e, ctx, n, first=500))
         for n in NS:
             off, on = float(np.median(ms[False, n])), float(np.median(ms[True, n]))
             out[f"{ctx}/{n}"] = {"fa_off_ms": off, "fa_on_ms": on}

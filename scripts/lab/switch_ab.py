@@ -25,9 +25,11 @@ from omnidraft.llama.engine import Engine, EngineConfig
 PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3
 
 
-def _pass(eng: Engine, base: int, n: int) -> float:
+def timed_pass(eng: Engine, base: int, n: int, first: int = 1000) -> float:
+    """Milliseconds of one pass of n tokens (ids first..first+n-1) after ``base`` cells, logits for every row,
+    rolled back after (scripts/lab/fa_ab.py times its passes with this too)."""
     t = time.perf_counter()
-    eng.decode(list(range(1000, 1000 + n)), logits_for="all")
+    eng.decode(list(range(first, first + n)), logits_for="all")
     dt = time.perf_counter() - t
     eng.rollback(base)
     return dt * 1000
@@ -50,7 +52,7 @@ def main() -> None:
     samples = {n: {"on": [], "off": []} for n in ns}
     os.environ.pop(args.var, None)
     for n in ns:  # warm both paths
-        _pass(eng, base, n)
+        timed_pass(eng, base, n)
     for r in range(args.rounds):
         for n in ns:
             for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
@@ -58,7 +60,7 @@ def main() -> None:
                     os.environ[args.var] = "0"
                 else:
                     os.environ.pop(args.var, None)
-                samples[n][side].append(_pass(eng, base, n))
+                samples[n][side].append(timed_pass(eng, base, n))
     os.environ.pop(args.var, None)
     report = {"file": args.file, "var": args.var, "mode": args.mode, "rounds": args.rounds, "cpu": cpu_name(),
               "threads": eng.live_threads, "n_past": base, "ns": {}}

@@ -249,31 +249,33 @@ def sbk_variant() -> int | None:
     return int(fn()) if fn is not None else None
 
 
+def _exports(symbol: str) -> bool:
+    """Whether the installed libggml-cpu exports ``symbol`` (how a patched build is told from an older one)."""
+    lib = _cpu_lib()
+    return lib is not None and getattr(lib, symbol, None) is not None
+
+
 def has_sbkx8() -> bool:
     """Whether the build carries sbkx8.cpp: the fast mode's repacked Q4_K (Q4_K_M files) through the
     n-invariant small-batch kernel, so that mode verifies exactly too."""
-    lib = _cpu_lib()
-    return lib is not None and getattr(lib, "sbk_q4kx8_gemm", None) is not None
+    return _exports("sbk_q4kx8_gemm")
 
 
 def has_sbq6x8() -> bool:
     """Whether the build carries sbq6x8.cpp: the fast mode repacks Q6_K (a third of a Q4_K_M file) for it."""
-    lib = _cpu_lib()
-    return lib is not None and getattr(lib, "sbk_q6kx8_gemm", None) is not None
+    return _exports("sbk_q6kx8_gemm")
 
 
 def has_q8k() -> bool:
     """Whether the build carries q8k.cpp: x86 Q8_K activations (every Q4_K and Q6_K product's) quantized with
     AVX2, the bytes of ggml's scalar reference."""
-    lib = _cpu_lib()
-    return lib is not None and getattr(lib, "sbk_quantize_q8_K", None) is not None
+    return _exports("sbk_quantize_q8_K")
 
 
 def has_fa_invariant() -> bool:
     """Whether the build carries fa-hook.patch: flash attention's rows bit-identical to decoding (a single row
     no longer splits the KV cache over threads), so the engines can run with it on the CPU."""
-    lib = _cpu_lib()
-    return lib is not None and getattr(lib, "ggml_sbk_fa_rows_invariant", None) is not None
+    return _exports("ggml_sbk_fa_rows_invariant")
 
 
 def fa_invariant_active() -> bool:

@@ -1016,9 +1016,14 @@ extern "C" int sbk_gemm(int type, int64_t k, const void * w, size_t w_row_bytes,
 static_assert(SBK_TYPE_Q5_0 == GGML_TYPE_Q5_0 && SBK_TYPE_Q8_0 == GGML_TYPE_Q8_0 &&
               SBK_TYPE_Q4_K == GGML_TYPE_Q4_K && SBK_TYPE_Q6_K == GGML_TYPE_Q6_K, "ggml's type numbers moved");
 
-extern "C" int ggml_sbk_fa_rows_invariant(void) {
+// OMNIDRAFT_SBQ4=0 turns omnidraft's kernels and hooks off; read at every call, so one process can time both.
+static bool kernels_on() {
     const char * env = getenv("OMNIDRAFT_SBQ4");
     return !(env != NULL && strcmp(env, "0") == 0);
+}
+
+extern "C" int ggml_sbk_fa_rows_invariant(void) {
+    return kernels_on();
 }
 
 extern "C" int ggml_sbk_takes(const ggml_tensor * op) {
@@ -1034,8 +1039,7 @@ extern "C" int ggml_sbk_takes(const ggml_tensor * op) {
         table_floats(w->type, (int) x->ne[1], nb) > TABLE_FLOATS) {
         return 0;
     }
-    const char * env = getenv("OMNIDRAFT_SBQ4");
-    return !(env != NULL && strcmp(env, "0") == 0);
+    return kernels_on();
 #else
     (void) op;
     return 0;
