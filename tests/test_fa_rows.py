@@ -75,3 +75,22 @@ def test_flash_attention_stays_off_where_rows_would_differ(monkeypatch):
     assert not EngineConfig(flash_attn=False).use_flash_attn()
     monkeypatch.setenv("OMNIDRAFT_FLASH_ATTN", "0")  # the A/B switch
     assert not EngineConfig().use_flash_attn()
+
+
+def test_doctor_says_whether_the_engines_run_flash_attention(monkeypatch):
+    """The doctor's line follows what EngineConfig's default does: on with the hook, off without it or when
+    the kernels are off, and a forcing switch named as such."""
+    from omnidraft.apps import doctor
+
+    monkeypatch.delenv("OMNIDRAFT_FLASH_ATTN", raising=False)
+    monkeypatch.delenv("OMNIDRAFT_SBQ4", raising=False)
+    line = doctor._flash_attn_line()
+    assert line.startswith("on (fa-hook.patch") == EngineConfig().use_flash_attn() == llama_build.has_fa_invariant()
+    monkeypatch.setattr(llama_build, "has_fa_invariant", lambda: False)
+    assert doctor._flash_attn_line().startswith("off (fa-hook.patch not in this build") and \
+        not EngineConfig().use_flash_attn()
+    monkeypatch.setattr(llama_build, "has_fa_invariant", lambda: True)
+    monkeypatch.setenv("OMNIDRAFT_SBQ4", "0")
+    assert doctor._flash_attn_line().startswith("off for this process") and not EngineConfig().use_flash_attn()
+    monkeypatch.setenv("OMNIDRAFT_FLASH_ATTN", "1")
+    assert doctor._flash_attn_line().startswith("on (OMNIDRAFT_FLASH_ATTN=1") and EngineConfig().use_flash_attn()

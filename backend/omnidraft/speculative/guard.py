@@ -113,6 +113,11 @@ class RateGuard:
             self.alone.add(tokens, seconds)
         self._prev_alone = not drafted
 
+    def skip(self, drafted: bool) -> None:
+        """A step the guard does not judge (a probe: drafting the cost model itself predicts to lose); the
+        target-alone pass after it still follows a batched one, so it is not counted either."""
+        self._prev_alone = not drafted
+
     def ratio(self) -> float | None:
         """Drafting's measured pace over the target alone's, once both are known."""
         if self.alone.steps < 2 or self.drafting.steps < self.cfg.trial:

@@ -19,6 +19,7 @@ from .step import CATCHUP_MIN, StepOutcome  # StepOutcome re-exported: what the 
 CATCHUP_PRIOR = 0.25  # a caught-up token's seconds as a share of a one-token drafter pass, until one is timed
 LONG_RUN = 200  # candidates per position the long-run acceptance averages over (stretches of text: ~12 steps)
 PRIOR_RUN = 20  # the prior's weight in it, in candidates: a first trial of six steps does not decide it alone
+CREDIT_STEPS = 256  # the probes' budget saves up at most this many one-token passes' worth of its share
 
 
 class DraftPolicy:
@@ -27,6 +28,8 @@ class DraftPolicy:
             raise ValueError(f"policy must be one of {POLICIES}, not {cfg.name!r}")
         if cfg.k < 0:
             raise ValueError("k must be >= 0")
+        if not (0.0 <= cfg.probe_budget < 1.0 and 0.0 <= cfg.margin < 1.0):
+            raise ValueError(f"probe_budget and margin are shares, in [0, 1), not {cfg.probe_budget}, {cfg.margin}")
         self.cfg = cfg
         self.predictor = predictor or AcceptancePredictor()
         self.lengths: dict[int, int] = {}  # drafted-token count per step -> steps
@@ -48,19 +51,23 @@ class DraftPolicy:
         self.acc_long, self.n_long = [ACC_PRIOR] * n, [PRIOR_RUN] * n
         self._proposed = 0  # the latest observed step's candidates
         self.steps = 0
+        # probing's budget: seconds it may still lose against the target alone (each step not a probe adds
+        # probe_budget of its time, each probe takes off what it lost or adds what it gained)
+        self.credit = 0.0
         self._last_probe = 0
-        self._gap = cfg.probe_every
+        self._probing = False  # the step being drafted is a probe
+        self._probed = False  # the latest observed step was one
         self.chosen: collections.deque[int] = collections.deque(maxlen=4096)  # recent draft lengths only
         self.guard = RateGuard()  # the cost rule's check of its model against the pace it achieves
 
     def begin_request(self) -> None:
         """A new request: how much of a draft the target keeps depends on what is being written (a prompt in
-        Japanese after one in Spanish), so the acceptance estimates lean halfway back to the prior and probing
-        starts again at its shortest gap.  Without this, one request where drafting lost left the estimate
-        where no draft length paid, and probes that backed off to 1,024 steps never corrected it: the default
-        ran 0.96x the target alone on 12 man pages in rotating languages, where fixed k = 4 ran 1.18x."""
-        self.acc = [0.5 * a + 0.5 * ACC_PRIOR for a in self.acc]
-        self._gap, self._last_probe = self.cfg.probe_every, self.steps
+        Japanese after one in Spanish), so the acceptance estimates lean halfway back to the prior.  Without
+        this, one request where drafting lost left the estimate where no draft length paid, and probes backed
+        off to one in 1,024 steps never corrected it: the default ran 0.96x the target alone on 12 man pages in
+        rotating languages, where fixed k = 4 ran 1.18x.  The probes' budget carries over: where a probe is dear
+        (the AVX2 path: one more row is 0.6 decodes), probing again at each request's start lost 2-3 %."""
+        self.acc = [max(a, 0.5 * a + 0.5 * ACC_PRIOR) for a in self.acc]
         self.lag = 0  # the drafter reads the prompt in its begin()
 
     # ------------------------------------------------------------- decisions
@@ -77,11 +84,26 @@ class DraftPolicy:
         k = self.cap(limit)
         rule = self.rule
         c = rule.choose(self._outlook(k) if rule.seeded_with_costs else Outlook(k))
-        if c.paid:
-            self._gap = self.cfg.probe_every
+        self._probing = c.probe
         if c.probe:
-            self._last_probe, self._gap = self.steps, min(self._gap * 2, 1024)
+            self._last_probe = self.steps
         return c.k
+
+    def probe_due(self) -> bool:
+        """May the next step probe?  At least ``probe_every`` steps after the last probe, and only while the
+        budget covers what a probe is predicted to lose: its drafted token and extra row beyond what the target
+        alone pays for the tokens it is expected to yield.  Where probes win, they refill the budget and come
+        every ``probe_every`` steps; where they lose, the budget spaces them out (this replaced a back-off that
+        doubled the gap from 16 to 1,024 steps whatever a probe cost, and started again at each request).
+
+        The drafter's catching up is charged when paid, not predicted: it grows with the gap, so pricing it
+        ahead would never let the budget catch up.  Where it is dear (the drafter reads a missed token for 1.5 %
+        of a decode), each probe's charge defers the next by more than the last gap: the probes back off."""
+        if self.steps - self._last_probe < self.cfg.probe_every:
+            return False
+        # at the long-run acceptance: a new request leans ``acc`` towards the prior, which prices a probe as free
+        loss = self.t_verify[2] + self.t_draft - expected_tokens(self.acc_long, 1) * self.t_verify[1]
+        return self.credit >= loss
 
     def _outlook(self, k: int, note: bool = False) -> Outlook:
         """What the cost rule weighs; the guard is asked (which counts its steps) only for a step's choice."""
@@ -92,7 +114,7 @@ class DraftPolicy:
         timed = tuple(n == 0 or self.n_verify[n + 1] > 0 for n in range(k + 1))
         o = Outlook(k, True, self._calibrated(), self.ceiling(k),
                     tuple(self.expected_speed(n) if t else 0.0 for n, t in enumerate(timed)), timed,
-                    self.steps - self._last_probe >= self._gap)
+                    self.probe_due(), margin=self.cfg.margin)
         if not note:
             return o
         gains = tuple(speedup(*self._expected_tokens_cost(n), self.t_verify[1]) for n in range(k + 1))
@@ -169,6 +191,7 @@ class DraftPolicy:
             if n == 1:
                 for m, r in self._seeded_ratio.items():
                     self.t_verify[m] = r * self.t_verify[1]
+        self._charge(step)
         if step.catchup_s > 0 and self.lag > 0:
             self.t_catchup = _ema(self.t_catchup, step.catchup_s / self.lag, self.n_catchup)
             self.n_catchup += 1
@@ -189,6 +212,16 @@ class DraftPolicy:
         self.chosen.append(step.proposed)
         self._proposed = step.proposed
 
+    def _charge(self, step: StepOutcome) -> None:
+        """Settle the probes' budget for one step (before the step's times update the estimates)."""
+        if self._probing and step.proposed:
+            lone = (step.accepted + 1) * self.t_verify[1]  # what the target alone pays for these tokens
+            self.credit -= step.verify_s + step.draft_s + step.catchup_s - lone
+        else:
+            self.credit += self.cfg.probe_budget * step.verify_s
+        self.credit = min(self.credit, self.cfg.probe_budget * CREDIT_STEPS * self.t_verify[1])
+        self._probed, self._probing = self._probing and step.proposed > 0, False
+
     def observe_lap(self, drafted: bool, tokens: int, seconds: float) -> None:
         """A step's wall time from its start to the next step's (the loop's share included), for the guard.
 
@@ -197,6 +230,9 @@ class DraftPolicy:
         inside a stretch of text the drafter does not know would otherwise read as a slow machine.  On HumanEval
         (1.5B Q4_K_M, exact kernels, 2-core Zen 4) such trials stopped drafting for 170 of ~250 steps: 0.94x the
         target alone where fixed k = 4 ran 1.20x (results/issue41/e2e-peer-zmm, round 2)."""
+        if self._probed:  # the budget prices probes; the guard judges drafting the model predicted to pay
+            self.guard.skip(drafted)
+            return
         if drafted and self._proposed:
             tokens = expected_tokens(self.acc_long, min(self._proposed, len(self.acc_long)))
         self.guard.observe(drafted, tokens, seconds)
