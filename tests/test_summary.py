@@ -8,6 +8,7 @@ import pytest
 
 from omnidraft.speculative.generator import GenerationStats
 from omnidraft.speculative.policy import DraftPolicy, PolicyConfig
+from omnidraft.speculative.rules import RULES, Outlook
 
 from tests.serve_helpers import seed_state
 
@@ -35,6 +36,13 @@ def test_note_says_when_drafting_pays_and_when_acceptance_is_too_low():
                            "(0.81x at best, assuming 5% acceptance, none measured yet); it probes now and then")
     low.chosen = [1, 0, 0, 1]                     # drafts were judged: the rate is a measured one
     assert "(0.81x at best, first drafted token accepted 5% of the time)" in low.note(6)
+
+    # a gain under the margin (the AVX2 path's one drafted token at break-even) is not called a loss
+    rule, timed = RULES["cost"], (True,) * 5
+    near = Outlook(4, True, True, 1.3, (50.0, 50.4, 49.0, 48.0, 47.0), timed, gains=(1.0, 1.008, 0.98, 0.96, 0.94),
+                   first_acceptance=0.7, measured=True, margin=0.02)
+    assert rule.choose(near).k == 0
+    assert "drafting is predicted to gain too little here (1.01x at best, under its 2% margin" in rule.note(near)
 
 
 def test_note_for_other_policies_and_no_timings():

@@ -62,7 +62,8 @@ class DraftPolicy:
 
     def begin_request(self) -> None:
         """A new request: how much of a draft the target keeps depends on what is being written (a prompt in
-        Japanese after one in Spanish), so the acceptance estimates lean halfway back to the prior.  Without
+        Japanese after one in Spanish), so an estimate under the prior leans halfway back up to it (one over it
+        stays: where drafting breaks even above the prior, leaning down undid what the probes had learnt).  Without
         this, one request where drafting lost left the estimate where no draft length paid, and probes backed
         off to one in 1,024 steps never corrected it: the default ran 0.96x the target alone on 12 man pages in
         rotating languages, where fixed k = 4 ran 1.18x.  The probes' budget carries over: where a probe is dear

@@ -224,8 +224,9 @@ class Cost(Rule):
                     f"(predicted {gain:.2f}x at draft length {best})")
         acc = (f"first drafted token accepted {o.first_acceptance:.0%} of the time" if o.measured
                else f"assuming {o.first_acceptance:.0%} acceptance, none measured yet")
-        return (f"the cost policy mostly ran the target alone, drafting is predicted to be slower here "
-                f"({gain:.2f}x at best, {acc}); it probes now and then")
+        verdict = (f"predicted to gain too little here ({gain:.2f}x at best, under its {o.margin:.0%} margin"
+                   if gain >= 1.0 else f"predicted to be slower here ({gain:.2f}x at best")
+        return f"the cost policy mostly ran the target alone, drafting is {verdict}, {acc}); it probes now and then"
 
 
 RULES: dict[str, Rule] = {"fixed": Fixed(), "threshold": Threshold(), "gamma": Gamma(), "cost": Cost()}
