@@ -14,7 +14,8 @@
 #          run(command="bash scripts/device/adapt_device.sh go RUN...")   waits for the build, joins the models,
 #                                                    starts the streams detached, spread over the GPUs
 #                                                    (RUN: code | code-dm | chat | code-full | code-lr3e5 |
-#                                                    code-ep1 | code-recent256 | code-lora | chat-full;
+#                                                    code-ep1 | code-recent256 | code-lora | chat-full |
+#                                                    code-r64 | code-lr3e3;
 #                                                    parts 2 and 3: repo | language | drift)
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
@@ -39,6 +40,11 @@
 # light tree was 20.1 MiB, so the parts were packed with PART=40M (13 parts); start carried .devadapt + manifest +
 # the last part.  Call `go` with its output in a file (`go ... > /tmp/go.log 2>&1 < /dev/null; tail /tmp/go.log`):
 # piped into tail it held the call until its limit (the detached runs survived it).  27 minutes of device time.
+# 2026-12-02, results/issue43/device-rank (nvidia-h200): `code`, `code-r64`, `code-lr3e3` at once, N_TRAIN=256 and the
+# same checkpoints, 761-765 s each after `go` (updates 32-60 s).  The light tree was 22.7 MiB and the restored one 70,
+# so the models (target + draft only: the code runs need no shipped drafter) were packed with PART=36M (13 parts),
+# start carried .devadapt + manifest + the last part, the `go` call part011 and the first `wait`, and the tree stayed
+# light until the last `wait` had returned.  20.2 minutes of device time, 1.5 of them a start that found no machine.
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
@@ -127,6 +133,10 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     code-recent256) echo "$(run_flags code) --lora-rank 0 --lr 1e-4 --recent 256" ;;  # all earlier records
     code-lora) echo "$(run_flags code) --lora-rank 16 --lr 1e-3" ;;  # rank 32 at 2e-4 hardly moved one (issue 26)
     chat-full) echo "$(run_flags chat) --lora-rank 0 --lr 1e-4" ;;  # the chat stream with the old update
+    # does a larger rank or rate learn faster or higher than code's rank 16 at 1e-3 (issue 43, results/issue43/
+    # device-rank)?  lora_alpha = rank (trainer/model.add_lora), so rank 64 keeps the adapter's scale at 1
+    code-r64) echo "$(run_flags code) --lora-rank 64 --lr 1e-3" ;;
+    code-lr3e3) echo "$(run_flags code) --lora-rank 16 --lr 3e-3" ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }

@@ -13,6 +13,10 @@ A DIR that holds any of the settings' variants (code-lr3e5/, code-ep1/, code-rec
 session's runs on 2 H200s, why the code curve fell) gives variant-NAME-h200x2.json per run and one plot of them all,
 unseen-code-variants-h200x2.png, so that the earlier session's files are not overwritten.
 
+A DIR that holds code-r64/ or code-lr3e3/ (results/issue43/device-rank, 2026-12-02: code, rank 16 at lr 1e-3, beside
+rank 64 at lr 1e-3 and rank 16 at lr 3e-3, 256 requests each at once on 1 H200) gives rank-NAME-h200.json per run
+and one plot of the three, unseen-code-rank-h200.png.
+
 A DIR whose code/ or chat/ curve goes past 256 requests (the sixteenth session, 2026-12-02: both with the scenarios'
 LoRA update, rank 16 at lr 1e-3, to 512 requests at once on 1 H200) gives unseen-NAME-512-h200.json per run and
 unseen-NAME-512-h200.png per scenario; each JSON also carries the adapt summary and every update's export, check
@@ -39,8 +43,12 @@ RUNS = {  # name -> (scenario, loss, label)
     "code-lora": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "LoRA rank 16, lr 1e-3"),
     # the fifth session: the chat stream with the scenarios' update now (`chat`: LoRA 16, lr 1e-3) and the old one
     "chat-full": ("unseen-chat", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "full FT, lr 1e-4 (the old update)"),
+    # results/issue43/device-rank: the scenario's LoRA (rank 16, lr 1e-3) against a larger rank and a larger rate
+    "code-r64": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "LoRA rank 64, lr 1e-3"),
+    "code-lr3e3": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "LoRA rank 16, lr 3e-3"),
 }
 VARIANTS = ("code-lr3e5", "code-ep1", "code-recent256", "code-lora")
+RANKS = ("code-r64", "code-lr3e3")
 WHERE_CHAT = ("lent GPU machine: 1 NVIDIA H200 + 16-core host (the 2-GPU kind was not lent); generation fully "
               "offloaded (CUDA build of llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on "
               "the host CPU; chat and chat-full at once on the one GPU (2026-11-28, fifth session)")
@@ -51,6 +59,10 @@ WHERE_512 = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully o
              "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code and chat "
              "at once on the one GPU, N_TRAIN=512, --checkpoints 64,128,256,384,512 (2026-12-02, sixteenth session)")
 LORA = "LoRA rank 16, lr 1e-3 (the scenarios' update)"
+WHERE_RANK = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully offloaded (CUDA build of "
+              "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code, "
+              "code-r64 and code-lr3e3 at once on the one GPU, N_TRAIN=256, --checkpoints 64,128,192,256 (2026-12-02, "
+              "results/issue43/device-rank)")
 WHERE_X2 = ("lent GPU machine: 2 NVIDIA H200s + 32-core host; generation fully offloaded (CUDA build of "
             "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; five runs "
             "at once: code, code-ep1 and code-lora on GPU 0, code-lr3e5 and code-recent256 on GPU 1 (2026-11-28)")
@@ -87,7 +99,7 @@ def load_run(folder: Path, name: str, where: str = WHERE) -> dict:
     return out
 
 
-def plot(runs: list[dict], path: Path, title: str) -> None:
+def plot(runs: list[dict], path: Path, title: str, legend: str = "lower right") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,7 +119,7 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
         ax.set_xlabel("stream requests seen")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc=legend)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -119,17 +131,21 @@ def main(argv: list[str]) -> None:
     out = Path(argv[1]) if len(argv) > 1 else Path("results/issue43")
     out.mkdir(parents=True, exist_ok=True)
     variants = any((src / n).is_dir() for n in VARIANTS)
+    ranks = any((src / n).is_dir() for n in RANKS)
     chat2 = (src / "chat-full").is_dir()
-    where = WHERE_X2 if variants else WHERE_CHAT if chat2 else WHERE
+    where = WHERE_X2 if variants else WHERE_RANK if ranks else WHERE_CHAT if chat2 else WHERE
     runs = {n: load_run(src / n, n, where) for n in RUNS if (src / n).is_dir()}
-    long = not variants and not chat2 and any(p["prompts"] > 256 for r in runs.values() for p in r["curve"])
+    if ranks and "code" in runs:
+        runs["code"]["label"] = "LoRA rank 16, lr 1e-3 (the scenario's update)"
+    long = not (variants or ranks or chat2) and any(p["prompts"] > 256 for r in runs.values() for p in r["curve"])
     if long:
         for r in runs.values():
             r["where"], r["label"] = WHERE_512, LORA
     if chat2 and "chat" in runs:
         runs["chat"]["label"] = "LoRA rank 16, lr 1e-3 (the scenario's update now)"
     for name, r in runs.items():
-        (out / (f"variant-{name}-h200x2.json" if variants else f"{name}-h200.json" if chat2
+        (out / (f"variant-{name}-h200x2.json" if variants else f"rank-{name}-h200.json" if ranks
+                else f"{name}-h200.json" if chat2
                 else f"unseen-{name}-512-h200.json" if long else f"unseen-{name}-h200.json")).write_text(
             json.dumps(r, indent=1))
         g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %"
@@ -140,6 +156,10 @@ def main(argv: list[str]) -> None:
         plot([runs[n] for n in ("code", *VARIANTS) if n in runs], out / "unseen-code-variants-h200x2.png",
              "unseen-code: one trainer setting changed at a time (stdlib stream, 32 HumanEval prompts held out)"
              + pair.replace("1 H200", "2 H200s"))
+        return
+    if ranks:
+        plot([runs[n] for n in ("code", *RANKS) if n in runs], out / "unseen-code-rank-h200.png",
+             f"unseen-code: the LoRA's rank and rate (stdlib stream, 32 HumanEval prompts held out){pair}", "best")
         return
     if chat2:
         plot([runs[n] for n in ("chat", "chat-full") if n in runs], out / "unseen-chat-lora-vs-full-h200.png",
