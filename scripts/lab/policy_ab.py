@@ -18,6 +18,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from omnidraft.apps.adapt_items import prompt_input
 from omnidraft.assets.snapshot import load_set
 from omnidraft.bench import runner
 from omnidraft.runtime.session import Session, Settings
@@ -65,9 +66,7 @@ def main() -> None:
             names = list(gens)
             for name in names[i % len(names):] + names[: i % len(names)]:
                 gen = gens[name]
-                prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
-                    else gen.prompt_from_text(item.prompt)
-                final = gen.generate(prompt, params)
+                final = gen.generate(prompt_input(gen, (item.prompt, item.chat)), params)
                 tally[name][0] += final.stats.completion_tokens
                 tally[name][1] += final.stats.generation_s
                 outputs[name].append(final.token_ids)

@@ -15,6 +15,7 @@ from pathlib import Path
 import llama_cpp
 
 from omnidraft.llama import buildprobe, build as llama_build, cpuid
+from omnidraft.llama.engine import flash_attn_default
 from omnidraft.assets import models
 
 # CPU flags (as /proc/cpuinfo names them) -> ggml feature name, for "used / refused"
@@ -64,18 +65,20 @@ def build_section() -> tuple[list[str], list[str]]:
     return lines, llama_build.problems()
 
 
+_FLASH_ATTN_WHY = {  # engine.flash_attn_default's reasons, after "on" / "off"
+    "hook": "(fa-hook.patch keeps a single row's attention on the batch's path: rows bit-identical to decoding; "
+            "passes 7-10 % cheaper below 600 tokens of context on a 2-core Zen 5; GPU engines keep it off)",
+    "hook-off": "for this process (OMNIDRAFT_SBQ4=0 turns the hook off with the kernels)",
+    "no-hook": "(fa-hook.patch not in this build, rerun setup: upstream's flash attention splits one row's KV cache "
+               "over threads from 512 cells up, and batched rows would differ from decoding)"}
+
+
 def _flash_attn_line() -> str:
-    """What a CPU engine runs with no flag (EngineConfig.use_flash_attn), and why."""
-    forced = os.environ.get("OMNIDRAFT_FLASH_ATTN", "")
-    if forced in ("0", "1"):
-        return f"{'on' if forced == '1' else 'off'} (OMNIDRAFT_FLASH_ATTN={forced} for this process)"
-    if llama_build.fa_invariant_active():
-        return ("on (fa-hook.patch keeps a single row's attention on the batch's path: rows bit-identical to "
-                "decoding; passes 7-10 % cheaper below 600 tokens of context on a 2-core Zen 5; GPU engines keep it off)")
-    if llama_build.has_fa_invariant():
-        return "off for this process (OMNIDRAFT_SBQ4=0 turns the hook off with the kernels)"
-    return ("off (fa-hook.patch not in this build, rerun setup: upstream's flash attention splits one row's KV "
-            "cache over threads from 512 cells up, and batched rows would differ from decoding)")
+    """What a CPU engine runs with no flag (engine.flash_attn_default, as EngineConfig.use_flash_attn), and why."""
+    on, why = flash_attn_default()
+    if why == "forced":
+        return f"{'on' if on else 'off'} (OMNIDRAFT_FLASH_ATTN={os.environ['OMNIDRAFT_FLASH_ATTN']} for this process)"
+    return f"{'on' if on else 'off'} {_FLASH_ATTN_WHY[why]}"
 
 
 def _frhead_line() -> str:

@@ -50,6 +50,19 @@ AUTO = "auto"  # the kernels setting that measures both modes and keeps the fast
 KERNEL_CHOICES = (AUTO, *KernelMode)
 
 
+def flash_attn_default(n_gpu_layers: int = 0) -> tuple[bool, str]:
+    """(on, why) for an engine without a ``flash_attn`` flag; why: "forced" (OMNIDRAFT_FLASH_ATTN=0/1, for A/B runs),
+    "gpu" (off), "hook" (fa-hook.patch: rows bit-identical, on), "hook-off" (OMNIDRAFT_SBQ4=0) or "no-hook" (off)."""
+    forced = os.environ.get("OMNIDRAFT_FLASH_ATTN", "")
+    if forced in ("0", "1"):
+        return forced == "1", "forced"
+    if n_gpu_layers:
+        return False, "gpu"
+    if llama_build.fa_invariant_active():
+        return True, "hook"
+    return False, "hook-off" if llama_build.has_fa_invariant() else "no-hook"
+
+
 @dataclass
 class EngineConfig:
     """How to load one model.  Every field has a safe default for a 2-8 core CPU."""
@@ -82,10 +95,7 @@ class EngineConfig:
         row's KV cache over threads (from 512 cells up) is not."""
         if self.flash_attn is not None:
             return self.flash_attn
-        forced = os.environ.get("OMNIDRAFT_FLASH_ATTN", "")  # "0" / "1": every engine of the process (A/B runs)
-        if forced in ("0", "1"):
-            return forced == "1"
-        return self.n_gpu_layers == 0 and llama_build.fa_invariant_active()
+        return flash_attn_default(self.n_gpu_layers)[0]
 
     @property
     def mode(self) -> "KernelMode":

@@ -55,8 +55,7 @@ class DraftPolicy:
         # probe_budget of its time, each probe takes off what it lost or adds what it gained)
         self.credit = 0.0
         self._last_probe = 0
-        self._probing = False  # the step being drafted is a probe
-        self._probed = False  # the latest observed step was one
+        self._probing = False  # this step (chosen last by choose_k) is a probe
         self.chosen: collections.deque[int] = collections.deque(maxlen=4096)  # recent draft lengths only
         self.guard = RateGuard()  # the cost rule's check of its model against the pace it achieves
 
@@ -221,7 +220,6 @@ class DraftPolicy:
         else:
             self.credit += self.cfg.probe_budget * step.verify_s
         self.credit = min(self.credit, self.cfg.probe_budget * CREDIT_STEPS * self.t_verify[1])
-        self._probed, self._probing = self._probing and step.proposed > 0, False
 
     def observe_lap(self, drafted: bool, tokens: int, seconds: float) -> None:
         """A step's wall time from its start to the next step's (the loop's share included), for the guard.
@@ -231,7 +229,7 @@ class DraftPolicy:
         inside a stretch of text the drafter does not know would otherwise read as a slow machine.  On HumanEval
         (1.5B Q4_K_M, exact kernels, 2-core Zen 4) such trials stopped drafting for 170 of ~250 steps: 0.94x the
         target alone where fixed k = 4 ran 1.20x (results/issue41/e2e-peer-zmm, round 2)."""
-        if self._probed:  # the budget prices probes; the guard judges drafting the model predicted to pay
+        if self._probing and self._proposed:  # the budget prices probes; the guard judges what the model paid for
             self.guard.skip(drafted)
             return
         if drafted and self._proposed:
