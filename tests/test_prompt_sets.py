@@ -179,3 +179,22 @@ def test_a_long_language_set_keeps_the_held_out_pages_and_streams_every_window_o
     stream = {i.id: i.prompt for i in long.split("stream")}
     assert len(stream) > 64 and {i.id for i in base.split("stream")} <= set(stream)  # more than the short set's
     assert not _page_names(long, "heldout") & _page_names(long, "stream")
+
+
+def test_the_long_stdlib_stream_does_not_repeat_holds_out_stdlib_code_and_never_streams_humaneval():
+    base, long = prompts.load("stdlib-code"), snapshot.load_set("stdlib-code-long")
+    again = prompts.load("stdlib-code-long")
+    assert [(i.id, i.prompt, i.split) for i in long.items] == [(i.id, i.prompt, i.split) for i in again.items]
+    stream = long.split("stream")
+    assert len(stream) == prompts.LONG_CODE and len({i.prompt for i in stream}) == len(stream)  # 1,000 distinct
+    assert [i.id for i in stream[:len(base.split("stream"))]] == [i.id for i in base.split("stream")]
+    assert [(i.id, i.prompt) for i in long.split("heldout")] == [(i.id, i.prompt) for i in base.split("heldout")]
+    top = {split: {i.id.split(":")[0].split(".")[0] for i in long.split(split)} for split in ("stream", "heldout")}
+    assert not top["stream"] & top["heldout"] and not any(corpora.stdlib_heldout(m) for m in top["stream"])
+    assert all(not i.chat and i.prompt.lstrip().startswith(("def ", "async def ", "@")) for i in stream)
+    path = models.cache_dir() / "datasets" / "HumanEval.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"HumanEval not cached at {path}")
+    he = [json.loads(line)["prompt"] for line in gzip.open(path, "rt", encoding="utf-8")]
+    heads = {line.strip() for p in he for line in p.splitlines() if line.lstrip().startswith("def ")}
+    assert len(heads) >= 164 and not [i.id for i in stream if heads & {x.strip() for x in i.prompt.splitlines()}]

@@ -15,7 +15,7 @@
 #                                                    starts the streams detached, spread over the GPUs
 #                                                    (RUN: code | code-dm | chat | code-full | code-lr3e5 |
 #                                                    code-ep1 | code-recent256 | code-lora | chat-full |
-#                                                    code-r64 | code-lr3e3;
+#                                                    code-r64 | code-lr3e3 | code-long | code-long-lr5e4;
 #                                                    parts 2 and 3: repo | language | drift)
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
@@ -57,7 +57,7 @@ OUT="${OUT:-/tmp/device-out}"
 TARGET_FILE=qwen2.5-coder-0.5b-instruct-q4_0_pure.gguf DRAFT_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 SHIPPED=smollm2-135m-d8-qwen.gguf  # the bundled drafter: parts 2 and 3 start from it (it travels in the parts,
                                    # since device_tree.sh light keeps it out of the tree)
-SETS="stdlib-code humaneval chat-long chat javascript npm-cli-long nl-fr-long"
+SETS="stdlib-code stdlib-code-long humaneval chat-long chat javascript npm-cli-long nl-fr-long"
 say() { echo "[adapt] $(date -u +%H:%M:%S) $*"; }
 
 prepare() {  # here
@@ -137,6 +137,10 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     # device-rank)?  lora_alpha = rank (trainer/model.add_lora), so rank 64 keeps the adapter's scale at 1
     code-r64) echo "$(run_flags code) --lora-rank 64 --lr 1e-3" ;;
     code-lr3e3) echo "$(run_flags code) --lora-rank 16 --lr 3e-3" ;;
+    # does it keep learning past stdlib-code's 298 prompts if the stream does not repeat (stdlib-code-long: 1,000
+    # distinct heads, its first 298 stdlib-code's), with the default step and a smaller one (results/issue43/device-long)?
+    code-long) echo "$(run_flags code) --stream-set $s/stdlib-code-long.json --lora-rank 16 --lr 1e-3" ;;
+    code-long-lr5e4) echo "$(run_flags code) --stream-set $s/stdlib-code-long.json --lora-rank 16 --lr 5e-4" ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }

@@ -5,6 +5,8 @@ prompts as ``--stream-set stdlib-code --eval-set humaneval`` here.
 
 ``chat-long`` is ShareGPT's first user turns as ``chat`` takes them, with 1,000 stream prompts where ``chat`` has 40
 (a 1,000-request stream of ``chat`` cycles its 40 twenty-five times); its held-out prompts are ``chat``'s.
+``stdlib-code-long`` (``assets.prompts``) is stdlib-code with 1,000 distinct stream heads where it has 298; its
+held-out prompts are stdlib-code's.
 
     python scripts/device/adapt_sets.py OUT_DIR [SET...]     (default: stdlib-code humaneval chat-long)
 """

