@@ -219,19 +219,13 @@ void group(const uint8_t * x, const uint8_t * act, size_t stride, int64_t nb, fl
 
 #else
 // ---------------------------------------------------------------- 256-bit: two halves of 4 rows
+// A ymm vector is half h of the zmm's bytes (rows 4h..4h+3, 8 bytes each), but its lanes are summed otherwise:
+// the chunks t and t+1 of one scale group go through vpmaddubsw each (int16 lane 4r' + m: two products of row
+// 4h + r', at most 2 * 63 * 128), are added in 16 bits (four products, at most 32,256: exact) and multiplied by
+// the scales with one vpmaddwd (int32 lanes 2r', 2r' + 1: row 4h + r').  Three multiplies per pair of chunks
+// and activation row where the zmm code's lanes (vpdpbusd to 32 bits, pack, vpdpwssd) cost AVX2 five
+// (vpdpbusd is vpmaddubsw + vpmaddwd by ones there).  The row sums are the same integers, hence the same bits.
 inline __m256i load256(const void * p) { return _mm256_loadu_si256((const __m256i *) p); }
-
-// 4 products summed per 32-bit lane: vpdpbusd, or (AVX2) vpmaddubsw pairs (at most 2 * 63 * 128, no
-// saturation) summed by vpmaddwd against ones: the same integers.
-inline __m256i dot4(__m256i w, __m256i a) {
-#if SBQ6X8_VARIANT == 3
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a);
-#elif SBQ6X8_VARIANT == 2
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, a);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
-#endif
-}
 
 inline __m256i dot_i16(__m256i acc, __m256i a, __m256i b) {
 #if SBQ6X8_VARIANT == 3
@@ -243,17 +237,55 @@ inline __m256i dot_i16(__m256i acc, __m256i a, __m256i b) {
 #endif
 }
 
-// Half h (rows 4h..4h+3) of the zmm code's weights: the same bytes, 32 of each 64.
-inline void weights(const uint8_t * x, int c, int t, int h, __m256i * q) {
+// The ymm lanes' shuffles: int16 lane L = 4r' + m takes row 4h + r''s scale byte (sidx, from group g's 8 bytes);
+// for the -32 offset, int32 lane 2r' + e pairs row 4h + r''s scales of groups 4u + 2e, 4u + 2e + 1 (bytes
+// 8(2e + f) + 4h + r' of the 32 at scales + 32u; part p of oidx takes those in its 16) with their activation
+// sums (BIDX: the pair's 32-bit word, 2u + e, of the block's 16 int16 sums).
+struct ytables {
+    int8_t sidx[2][16];
+    int8_t oidx[2][2][16];
+    int32_t bidx[4][8];
+};
+
+constexpr ytables make_ytables() {
+    ytables t{};
+    for (int h = 0; h < 2; h++) {
+        for (int lane = 0; lane < 16; lane++) {
+            const int r = lane / 4, e = (lane / 2) & 1, f = lane & 1;  // int16 lane 2(2r + e) + f
+            t.sidx[h][lane] = (int8_t) (4 * h + r);
+            const int src = 8 * (2 * e + f) + 4 * h + r;
+            for (int part = 0; part < 2; part++) {
+                t.oidx[h][part][lane] = src / 16 == part ? (int8_t) (src % 16) : (int8_t) 0x80;
+            }
+        }
+    }
+    for (int u = 0; u < 4; u++) {
+        for (int lane = 0; lane < 8; lane++) {
+            t.bidx[u][lane] = 2 * u + (lane & 1);
+        }
+    }
+    return t;
+}
+alignas(32) constexpr ytables Y = make_ytables();
+
+// Half h (rows 4h..4h+3) of the zmm code's weights q[k]: the same bytes, 32 of each 64.  One k at a time (its
+// two loads again from L1 each k), so that eight rows' sums, two chunks' weights and the scales fit the 16
+// registers.
+inline __m256i weights(const uint8_t * x, int c, int t, int h, int k) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    const __m256i l0 = load256(x + QL + 64 * (8 * c + t) + 32 * h);
-    const __m256i l1 = load256(x + QL + 64 * (8 * c + 4 + t) + 32 * h);
+    const __m256i l = load256(x + QL + 64 * (8 * c + 4 * (k & 1) + t) + 32 * h);
     const __m256i hb = load256(x + QH + 64 * (4 * c + t) + 32 * h);
-    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
-    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                           _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+    const __m256i lo = k < 2 ? l : _mm256_srli_epi16(l, 4);
+    const __m256i hi = k == 0 ? _mm256_slli_epi16(hb, 4) : k == 1 ? _mm256_slli_epi16(hb, 2)
+                     : k == 2 ? hb : _mm256_srli_epi16(hb, 2);
+    return _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
+}
+
+// Half h's -32 offset scales for groups 4u..4u+3, as int16 times -32, lanes as above.
+inline __m256i offset_scales(const int8_t * sc, int u, int h) {
+    const __m128i b = _mm_or_si128(_mm_shuffle_epi8(load128(sc + 32 * u), load128(Y.oidx[h][0])),
+                                   _mm_shuffle_epi8(load128(sc + 32 * u + 16), load128(Y.oidx[h][1])));
+    return _mm256_mullo_epi16(_mm256_cvtepi8_epi16(b), _mm256_set1_epi16(-32));
 }
 
 template <int N>
@@ -263,7 +295,6 @@ void group(const uint8_t * x, const uint8_t * act, size_t stride, int64_t nb, fl
     for (int j = 0; j < N; j++) {
         acc[j][0] = acc[j][1] = _mm256_setzero_ps();
     }
-    const __m256i neg32 = _mm256_set1_epi16(-32);
     for (int64_t i = 0; i < nb; i++, x += X8_BYTES) {
         for (int o = 0; o < X8_BYTES; o += 64) {
             _mm_prefetch((const char *) x + SBQ6X8_PREFETCH + o, SBQ6X8_HINT);
@@ -286,8 +317,8 @@ void group(const uint8_t * x, const uint8_t * act, size_t stride, int64_t nb, fl
             }
             SBQ6X8_UNROLL
             for (int u = 0; u < 4; u++) {
-                const __m256i o = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(offset_bytes(sc, u, h)), neg32);
-                const __m256i bi = load256(BIDX[u]);
+                const __m256i o = offset_scales(sc, u, h);
+                const __m256i bi = load256(Y.bidx[u]);
                 SBQ6X8_UNROLL
                 for (int j = 0; j < N; j++) {
                     s[j] = dot_i16(s[j], o, _mm256_permutevar8x32_epi32(load256(y[j] + 4 + 256), bi));
@@ -297,27 +328,26 @@ void group(const uint8_t * x, const uint8_t * act, size_t stride, int64_t nb, fl
             for (int c = 0; c < 2; c++) {
                 SBQ6X8_UNROLL
                 for (int tp = 0; tp < 2; tp++) {
-                    __m256i qa[4], qb[4];
-                    weights(x, c, 2 * tp, h, qa);
-                    weights(x, c, 2 * tp + 1, h, qb);
                     SBQ6X8_UNROLL
                     for (int k = 0; k < 4; k++) {
-                        const __m256i sg = _mm256_cvtepi8_epi16(scale_bytes(sc, 8 * c + 2 * k + tp, h));
+                        const __m256i qa = weights(x, c, 2 * tp, h, k), qb = weights(x, c, 2 * tp + 1, h, k);
+                        const __m128i sb = _mm_loadl_epi64((const __m128i *) (sc + 8 * (8 * c + 2 * k + tp)));
+                        const __m256i sg = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sb, load128(Y.sidx[h])));
                         SBQ6X8_UNROLL
                         for (int j = 0; j < N; j++) {
                             const uint8_t * a = y[j] + 4 + 128 * c + 32 * k + 16 * tp;
-                            const __m256i pa = dot4(qa[k], _mm256_set1_epi64x(bytes8(a)));
-                            const __m256i pb = dot4(qb[k], _mm256_set1_epi64x(bytes8(a + 8)));
-                            s[j] = dot_i16(s[j], _mm256_packs_epi32(pa, pb), sg);
+                            const __m256i pa = _mm256_maddubs_epi16(qa, _mm256_set1_epi64x(bytes8(a)));
+                            const __m256i pb = _mm256_maddubs_epi16(qb, _mm256_set1_epi64x(bytes8(a + 8)));
+                            s[j] = dot_i16(s[j], _mm256_add_epi16(pa, pb), sg);
                         }
                     }
                 }
             }
-            const __m256 d = _mm256_permutevar8x32_ps(d8, h == 0 ? _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3)
-                                                                 : _mm256_setr_epi32(4, 5, 4, 5, 6, 7, 6, 7));
+            const __m256 d = _mm256_permutevar8x32_ps(d8, h == 0 ? _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)
+                                                                 : _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
             SBQ6X8_UNROLL
             for (int j = 0; j < N; j++) {
-                const __m256i tot = _mm256_add_epi32(s[j], _mm256_shuffle_epi32(s[j], 0x4E));  // row sums
+                const __m256i tot = _mm256_add_epi32(s[j], _mm256_shuffle_epi32(s[j], 0xB1));  // row sums
                 acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_mul_ps(d, _mm256_set1_ps(dy[j])),
                                             acc[j][h]);
             }
@@ -329,7 +359,7 @@ void group(const uint8_t * x, const uint8_t * act, size_t stride, int64_t nb, fl
         _mm256_store_ps(a[0], acc[j][0]);
         _mm256_store_ps(a[1], acc[j][1]);
         for (int r = 0; r < 8; r++) {
-            out[j * ostride + r] = a[r / 4][4 * ((r % 4) / 2) + r % 2];
+            out[j * ostride + r] = a[r / 4][2 * (r % 4)];
         }
     }
 }
