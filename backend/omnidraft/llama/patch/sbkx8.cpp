@@ -159,20 +159,39 @@ struct block8 {
     __m256 ndmin;        // -dmin of rows 0..7
 };
 
-// 6-bit scales and mins of one sub-block for the 8 rows (make_block_q4_Kx8's packing undone).
-inline void unpack_scales(const uint8_t * g, uint8_t * sc, uint8_t * mn) {
-    uint64_t a;
-    uint32_t b;
-    memcpy(&a, g, 8);
-    memcpy(&b, g + 8, 4);
-    const uint64_t lo = a & 0x3F3F3F3F3F3F3F3FULL;           // scales 0-3, mins 0-3
-    const uint64_t top = ((a >> 6) & 0x0303030303030303ULL) << 4;  // bits 4-5 of scales 4-7, mins 4-7
-    const uint64_t nib = (uint64_t) (b & 0x0F0F0F0F) | ((uint64_t) ((b >> 4) & 0x0F0F0F0F) << 32);
-    const uint64_t hi = nib | top;                            // scales 4-7, mins 4-7
-    const uint64_t s = (lo & 0xFFFFFFFFULL) | (hi << 32);
-    const uint64_t m = (lo >> 32) | (hi & 0xFFFFFFFF00000000ULL);
-    memcpy(sc, &s, 8);
-    memcpy(mn, &m, 8);
+// The 6-bit scales and mins of the block's 8 sub-blocks for its 8 rows (make_block_q4_Kx8's packing undone):
+// sc[p] and mn[p] hold sub-block 2p's 8 rows, then sub-block 2p + 1's.  Group g (12 bytes at 12g, ggml's q4_K
+// scale packing of 8 values) is taken in the vectors' 32-bit lane g: its words 0, 1, 2 gathered from the 96
+// bytes by permutes, then the same masks and shifts as the reference, 8 groups at once.  The scalar code this
+// replaced (~15 64-bit operations a group) was a fifth of a one-row pass's instructions.
+template <int W>
+inline __m256i words(__m256i v0, __m256i v1, __m256i v2) {
+    // lane g takes word 3g + W of the 24: from v0 while 3g + W < 8, v1 while < 16, else v2 (permutes read an
+    // index's low 3 bits)
+    const __m256i idx = _mm256_setr_epi32(W, 3 + W, 6 + W, 9 + W, 12 + W, 15 + W, 18 + W, 21 + W);
+    constexpr int from1 = W == 0 ? 0x38 : W == 1 ? 0x18 : 0x1C;  // lanes whose word lies in 8..15
+    constexpr int from2 = W == 0 ? 0xC0 : 0xE0;                  // in 16..23
+    const __m256i a = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(v0, idx), _mm256_permutevar8x32_epi32(v1, idx),
+                                         from1);
+    return _mm256_blend_epi32(a, _mm256_permutevar8x32_epi32(v2, idx), from2);
+}
+
+inline void unpack_scales(const uint8_t * g, __m128i * sc, __m128i * mn) {
+    const __m256i v0 = load(g), v1 = load(g + 32), v2 = load(g + 64);
+    const __m256i w0 = words<0>(v0, v1, v2), w1 = words<1>(v0, v1, v2), w2 = words<2>(v0, v1, v2);
+    const __m256i m6 = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    const __m256i s_lo = _mm256_and_si256(w0, m6), m_lo = _mm256_and_si256(w1, m6);  // scales, mins 0-3
+    const __m256i s_hi = _mm256_or_si256(_mm256_and_si256(w2, m4),                     // scales 4-7
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w0, 6), m2), 4));
+    const __m256i m_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),  // mins 4-7
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w1, 6), m2), 4));
+    // [g0, g1 | g4, g5] and [g2, g3 | g6, g7], each group's rows 0-3 then 4-7
+    const __m256i s01 = _mm256_unpacklo_epi32(s_lo, s_hi), s23 = _mm256_unpackhi_epi32(s_lo, s_hi);
+    const __m256i m01 = _mm256_unpacklo_epi32(m_lo, m_hi), m23 = _mm256_unpackhi_epi32(m_lo, m_hi);
+    sc[0] = _mm256_castsi256_si128(s01), sc[1] = _mm256_castsi256_si128(s23);
+    sc[2] = _mm256_extracti128_si256(s01, 1), sc[3] = _mm256_extracti128_si256(s23, 1);
+    mn[0] = _mm256_castsi256_si128(m01), mn[1] = _mm256_castsi256_si128(m23);
+    mn[2] = _mm256_extracti128_si256(m01, 1), mn[3] = _mm256_extracti128_si256(m23, 1);
 }
 
 inline __m256i spread(__m128i v, const char * idx) {
@@ -195,14 +214,11 @@ alignas(16) const char MIDX[16] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14
 constexpr int NSCALE = SBKX8_DPBUSD ? 2 : 4;
 
 inline void unpack_block(const uint8_t * x, block8 & b) {
-    alignas(16) uint8_t sc[8][8], mn[8][8];  // [sub-block][row]
-    SBKX8_UNROLL
-    for (int g = 0; g < 8; g++) {
-        unpack_scales(x + 32 + 12 * g, sc[g], mn[g]);
-    }
+    __m128i sc[4], mn[4];
+    unpack_scales(x + 32, sc, mn);
     SBKX8_UNROLL
     for (int p = 0; p < 4; p++) {
-        const __m128i v = load128(sc[2 * p]);
+        const __m128i v = sc[p];
 #if SBKX8_ZMM
         b.s[p] = _mm512_inserti64x4(_mm512_castsi256_si512(spread(v, SIDX[0])), spread(v, SIDX[1]), 1);
 #else
@@ -211,7 +227,7 @@ inline void unpack_block(const uint8_t * x, block8 & b) {
             b.s[p][k] = spread(v, SIDX[k]);
         }
 #endif
-        b.m[p] = spread(load128(mn[2 * p]), MIDX);
+        b.m[p] = spread(mn[p], MIDX);
     }
     const __m256 d = _mm256_cvtph_ps(load128(x));
 #if SBKX8_ZMM
