@@ -45,6 +45,12 @@
 # so the models (target + draft only: the code runs need no shipped drafter) were packed with PART=36M (13 parts),
 # start carried .devadapt + manifest + the last part, the `go` call part011 and the first `wait`, and the tree stayed
 # light until the last `wait` had returned.  20.2 minutes of device time, 1.5 of them a start that found no machine.
+# 2026-12-02, results/issue43/device-long (nvidia-h200): `code-long` and `code-long-lr5e4` at once, N_TRAIN=512,
+# EXTRA='--checkpoints 64,128,256,384,512', 1,112-1,121 s each after `go` (about 2.2 s a request); the same 13 parts,
+# part011 with `go` and `wait $((545 - SECONDS))`, then `wait 540` and `wait 212`: 25.3 minutes of device time, which
+# 512 requests of two streams just fit.  Between `light` and the first part call the index held the drafter again (the
+# tool refused 11 calls at 70.6 MiB), and a commit made elsewhere while light deleted it from HEAD: run `size` right
+# before each call, and after `restore` check `git ls-tree HEAD models/` (commit the drafter back if it is gone).
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).

@@ -21,6 +21,12 @@ A DIR whose code/ or chat/ curve goes past 256 requests (the sixteenth session, 
 LoRA update, rank 16 at lr 1e-3, to 512 requests at once on 1 H200) gives unseen-NAME-512-h200.json per run and
 unseen-NAME-512-h200.png per scenario; each JSON also carries the adapt summary and every update's export, check
 and swap times (adapt.json), where the run finished.
+
+A DIR that holds code-long/ or code-long-lr5e4/ (results/issue43/device-long, 2026-12-02: the stdlib-code-long stream,
+1,000 distinct prompts, so 512 requests never repeat one; rank 16 at lr 1e-3 and at 5e-4, at once on 1 H200) gives
+long-NAME-h200.json per run (with a straight-line fit of tau from 128 requests on) and unseen-code-long-h200.png, with
+the sixteenth session's code curve on stdlib-code (which cycles from request 299) beside them where
+results/issue43/device-512 holds it.
 """
 
 from __future__ import annotations
@@ -46,9 +52,14 @@ RUNS = {  # name -> (scenario, loss, label)
     # results/issue43/device-rank: the scenario's LoRA (rank 16, lr 1e-3) against a larger rank and a larger rate
     "code-r64": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "LoRA rank 64, lr 1e-3"),
     "code-lr3e3": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "LoRA rank 16, lr 3e-3"),
+    # results/issue43/device-long: a stream that does not repeat (stdlib-code-long), the default step and a smaller one
+    "code-long": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "stdlib-code-long, r16, lr 1e-3"),
+    "code-long-lr5e4": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "stdlib-code-long, r16, lr 5e-4"),
 }
 VARIANTS = ("code-lr3e5", "code-ep1", "code-recent256", "code-lora")
 RANKS = ("code-r64", "code-lr3e3")
+LONGS = ("code-long", "code-long-lr5e4")
+REF_512 = Path("results/issue43/device-512/unseen-code-512-h200.json")  # stdlib-code, cycling from request 299
 WHERE_CHAT = ("lent GPU machine: 1 NVIDIA H200 + 16-core host (the 2-GPU kind was not lent); generation fully "
               "offloaded (CUDA build of llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on "
               "the host CPU; chat and chat-full at once on the one GPU (2026-11-28, fifth session)")
@@ -63,6 +74,10 @@ WHERE_RANK = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully 
               "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code, "
               "code-r64 and code-lr3e3 at once on the one GPU, N_TRAIN=256, --checkpoints 64,128,192,256 (2026-12-02, "
               "results/issue43/device-rank)")
+WHERE_LONG = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully offloaded (CUDA build of "
+              "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code-long and "
+              "code-long-lr5e4 at once on the one GPU, N_TRAIN=512, --checkpoints 64,128,256,384,512 (2026-12-02, "
+              "results/issue43/device-long)")
 WHERE_X2 = ("lent GPU machine: 2 NVIDIA H200s + 32-core host; generation fully offloaded (CUDA build of "
             "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; five runs "
             "at once: code, code-ep1 and code-lora on GPU 0, code-lr3e5 and code-recent256 on GPU 1 (2026-11-28)")
@@ -99,6 +114,16 @@ def load_run(folder: Path, name: str, where: str = WHERE) -> dict:
     return out
 
 
+def fit_from(curve: list[dict], start: int, goal: float) -> dict:
+    """Least-squares line through tau at the checkpoints from ``start`` requests on: its slope per 100 requests and
+    the request count where it reaches ``goal`` (None if it does not rise)."""
+    pts = [(p["prompts"], p["tau"]) for p in curve if p["prompts"] >= start]
+    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    return {"from": start, "points": len(pts), "tau_per_100": round(100 * slope, 4), "goal_tau": round(goal, 4),
+            "reaches_goal_at": round(mx + (goal - my) / slope) if slope > 0 else None}
+
+
 def plot(runs: list[dict], path: Path, title: str, legend: str = "lower right") -> None:
     import matplotlib
 
@@ -132,12 +157,16 @@ def main(argv: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     variants = any((src / n).is_dir() for n in VARIANTS)
     ranks = any((src / n).is_dir() for n in RANKS)
+    longs = any((src / n).is_dir() for n in LONGS)
     chat2 = (src / "chat-full").is_dir()
-    where = WHERE_X2 if variants else WHERE_RANK if ranks else WHERE_CHAT if chat2 else WHERE
+    where = WHERE_X2 if variants else WHERE_RANK if ranks else WHERE_LONG if longs else WHERE_CHAT if chat2 else WHERE
     runs = {n: load_run(src / n, n, where) for n in RUNS if (src / n).is_dir()}
     if ranks and "code" in runs:
         runs["code"]["label"] = "LoRA rank 16, lr 1e-3 (the scenario's update)"
-    long = not (variants or ranks or chat2) and any(p["prompts"] > 256 for r in runs.values() for p in r["curve"])
+    for r in runs.values() if longs else ():  # where the curve from 128 on, as a line, reaches control + 25 %
+        r["fit_from_128"] = fit_from(r["curve"], 128, 1.25 * r["control"]["tau"])
+    long = not (variants or ranks or chat2 or longs) and \
+        any(p["prompts"] > 256 for r in runs.values() for p in r["curve"])
     if long:
         for r in runs.values():
             r["where"], r["label"] = WHERE_512, LORA
@@ -145,6 +174,7 @@ def main(argv: list[str]) -> None:
         runs["chat"]["label"] = "LoRA rank 16, lr 1e-3 (the scenario's update now)"
     for name, r in runs.items():
         (out / (f"variant-{name}-h200x2.json" if variants else f"rank-{name}-h200.json" if ranks
+                else f"long-{name}-h200.json" if longs
                 else f"{name}-h200.json" if chat2
                 else f"unseen-{name}-512-h200.json" if long else f"unseen-{name}-h200.json")).write_text(
             json.dumps(r, indent=1))
@@ -160,6 +190,13 @@ def main(argv: list[str]) -> None:
     if ranks:
         plot([runs[n] for n in ("code", *RANKS) if n in runs], out / "unseen-code-rank-h200.png",
              f"unseen-code: the LoRA's rank and rate (stdlib stream, 32 HumanEval prompts held out){pair}", "best")
+        return
+    if longs:
+        ref = json.loads(REF_512.read_text()) if REF_512.is_file() else None
+        if ref:
+            ref["label"] = "stdlib-code, cycles from 299 (r16, 1e-3; 16th session)"
+        plot([runs[n] for n in LONGS if n in runs] + ([ref] if ref else []), out / "unseen-code-long-h200.png",
+             f"unseen-code on a stream that does not repeat (stdlib-code-long; 32 HumanEval prompts held out){pair}")
         return
     if chat2:
         plot([runs[n] for n in ("chat", "chat-full") if n in runs], out / "unseen-chat-lora-vs-full-h200.png",
