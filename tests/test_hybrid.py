@@ -36,7 +36,7 @@ class _Model:
     def __init__(self):
         self.calls, self.accepted = 0, []
 
-    def begin(self, prompt):
+    def begin(self, prompt, read=True):
         pass
 
     def draft(self, k, stop):

@@ -509,3 +509,51 @@ def test_the_drafters_catching_up_after_a_pause_is_priced_apart(default_session,
     # the policy learnt what catching up costs per token written meanwhile (it prices the next pause with it)
     assert pol.n_catchup == len(drafting) - 1 and pol.t_catchup > 0
     assert final.token_ids == target_reference(s.target, prompt, params)
+
+
+def test_the_cost_rule_reads_the_prompt_only_where_some_length_pays():
+    """``Rule.reads_prompt``: a request starts with the drafter reading its prompt where a draft length is
+    predicted to beat the target alone by the margin, or nothing is timed yet; not where none does, where
+    drafting could never pay, or where the guard has stopped it."""
+    from omnidraft.speculative.rules import RULES, Outlook
+
+    cost, timed = RULES["cost"], (True, True, True)
+    assert cost.reads_prompt(Outlook(2))  # nothing timed yet: it drafts to measure, so it reads
+    assert cost.reads_prompt(Outlook(2, True, True, 1.5, (50.0, 56.0, 54.0), timed, margin=0.02))
+    assert not cost.reads_prompt(Outlook(2, True, True, 1.5, (50.0, 50.5, 49.0), timed, margin=0.02))
+    assert not cost.reads_prompt(Outlook(2, True, True, 0.9, (50.0, 0.0, 0.0), timed))
+    assert not cost.reads_prompt(Outlook(2, False, True, 1.5, (50.0, 56.0, 54.0), timed, margin=0.02))
+    assert RULES["fixed"].reads_prompt(Outlook(2)) and not RULES["fixed"].reads_prompt(Outlook(0))
+
+
+def test_a_request_where_drafting_does_not_pay_leaves_the_prompt_to_a_probe(default_session, target_reference):
+    """Where the cost model predicts no draft length to pay (one more row costs 0.8 of a decode, as on the AVX2
+    path), the drafter does not read the prompt at the request's start; the first probe reads it, timed as
+    catching up (and charged to the probes' budget), and the output is the target alone's.  Before, every request
+    paid the drafter's prompt reading (34 ms for a 110-token prompt there) though no step drafted."""
+    from omnidraft.speculative.generator import GenerationParams
+
+    s = default_session
+    pol = DraftPolicy(PolicyConfig(name="cost", k=2))
+    pol.seed_costs({1: 0.02, 2: 0.036, 3: 0.052}, 0.0001)  # k = 1 at 70 %: 0.94x; a probe's ceiling 1.1x
+    pol.credit = 10.0  # a probe is due once ``probe_every`` steps have passed
+    gen = s.compose("omnidraft", s.pair, pol)
+    eng, decode, read = gen.drafter.engine, gen.drafter.engine.decode, []
+
+    def counted(ids, logits_for="last"):
+        read.append((len(pol.chosen), len(ids)))  # (steps so far, tokens read)
+        return decode(ids, logits_for)
+
+    prompt = gen.prompt_from_text("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 2)
+    params = GenerationParams(max_tokens=48)
+    eng.decode = counted
+    try:
+        final = gen.generate(prompt, params)
+    finally:
+        del eng.decode  # the session's engine is shared with other tests
+    drafting = [i for i, r in enumerate(final.steps) if r.proposed]
+    assert drafting and drafting[0] >= pol.cfg.probe_every - 1, [r.proposed for r in final.steps]
+    assert all(step >= drafting[0] for step, _ in read)  # nothing read before the first probe
+    first = final.steps[drafting[0]]
+    assert first.catchup_s > 0 and read[0][1] >= len(prompt.target_ids) // 2  # the prompt, read as catching up
+    assert final.token_ids == target_reference(s.target, prompt, params)

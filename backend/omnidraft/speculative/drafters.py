@@ -71,8 +71,10 @@ class DraftCounters:
 class Drafter(Protocol):
     name: str
 
-    def begin(self, prompt: PromptInput) -> None:
-        """Start a new request with this prompt."""
+    def begin(self, prompt: PromptInput, read: bool = True) -> None:
+        """Start a new request with this prompt.  ``read=False``: the policy expects no drafting to pay, so a
+        drafter with a model of its own may leave the prompt unread until it is first asked to draft (read then
+        as catching up, ``Draft.catchup_s``), or never."""
 
     def draft(self, k: int, stop: StopRule) -> Draft:
         """Propose up to k drafter tokens as target candidates; ``stop.keep_going(depth, features)`` may end early."""
@@ -105,7 +107,7 @@ class ModelDrafter:
         self._queued_bytes = b""
         self.disabled = False  # set when the drafter's context is full: the target goes on alone
 
-    def begin(self, prompt: PromptInput) -> None:
+    def begin(self, prompt: PromptInput, read: bool = True) -> None:
         ids = self._prompt_ids(prompt)
         self.translator.begin(prompt.target_ids)
         self.ctx = ids
@@ -114,7 +116,10 @@ class ModelDrafter:
         self._queued_ids, self._queued_bytes = [], b""
         if self.disabled:
             return
-        self.engine.prefill(ids)  # all but the last token; that one is decoded by draft()
+        if read:
+            self.engine.prefill(ids)  # all but the last token; that one is decoded by draft()
+        elif not self.engine.reuse_prefix(ids):  # what an earlier request left that this one starts with
+            self.engine.reset()  # as prefill() starts a context from nothing: the same KV when it is read
 
     def _prompt_ids(self, prompt: PromptInput) -> list[int]:
         e = self.engine
@@ -206,8 +211,8 @@ class PromptLookupDrafter:
         self.tokens: list[int] = []
         self.counters = DraftCounters()
 
-    def begin(self, prompt: PromptInput) -> None:
-        self.tokens = list(prompt.target_ids)
+    def begin(self, prompt: PromptInput, read: bool = True) -> None:
+        self.tokens = list(prompt.target_ids)  # no model: nothing to read
 
     def draft(self, k: int, stop: StopRule) -> Draft:
         t0 = time.perf_counter()
@@ -235,9 +240,9 @@ class LookupFirstDrafter:
         self.name, self.model = name, model
         self.lookup = PromptLookupDrafter(f"{name}/lookup", max_ngram=max_ngram, min_ngram=min_ngram)
 
-    def begin(self, prompt: PromptInput) -> None:
+    def begin(self, prompt: PromptInput, read: bool = True) -> None:
         self.lookup.begin(prompt)
-        self.model.begin(prompt)
+        self.model.begin(prompt, read)
 
     def draft(self, k: int, stop: StopRule) -> Draft:
         free = self.lookup.draft(k, stop)

@@ -159,6 +159,10 @@ class Rule:
     def note(self, o: Outlook) -> str:
         return f"the {self.name} policy drafts up to {o.k} tokens every step"
 
+    def reads_prompt(self, o: Outlook) -> bool:
+        """Whether a request should start with the drafter reading the prompt: where it will draft."""
+        return o.k > 0
+
 
 class Fixed(Rule):
     """Always k (stopping early only at an end-of-generation token)."""
@@ -200,12 +204,24 @@ class Cost(Rule):
             return Choice(o.k)
         if o.ceiling < 1.0:
             return Choice(0)  # even if every drafted token were accepted, this machine would be slower: never probe
-        best = best_length(o.speeds, o.timed)
-        if best > 0 and (not o.timed[best] or o.speeds[best] >= (1.0 + o.margin) * o.speeds[0]):
+        if best := self._paid(o):
             return Choice(best, paid=True)
         # probe: keep the acceptance estimate alive, as often as the policy's budget for probing allows (each
         # probe makes the drafter catch up on everything written meanwhile and verifies a row that may not pay)
         return Choice(1, probe=True) if o.probe_due else Choice(0)
+
+    def reads_prompt(self, o: Outlook) -> bool:
+        """Only where some length is predicted to pay (or nothing is timed yet): a probe pays the prompt's reading
+        when it comes, the request's start need not."""
+        if o.k <= 0 or not o.allowed:
+            return False
+        return not o.calibrated or (o.ceiling >= 1.0 and self._paid(o) > 0)
+
+    @staticmethod
+    def _paid(o: Outlook) -> int:
+        """The fastest predicted length where it beats the target alone by the margin (or was never timed)."""
+        best = best_length(o.speeds, o.timed)
+        return best if best > 0 and (not o.timed[best] or o.speeds[best] >= (1.0 + o.margin) * o.speeds[0]) else 0
 
     def note(self, o: Outlook) -> str:
         """What its timings and acceptance predicted."""
