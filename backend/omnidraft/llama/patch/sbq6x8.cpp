@@ -74,12 +74,15 @@ inline int64_t bytes8(const uint8_t * p) {
     return v;
 }
 
+#if SBQ6X8_ZMM
+// ---------------------------------------------------------------- 512-bit: 8 rows a vector
 // Lanes.  A weight vector holds 8 bytes of each row: 32-bit lanes 2r, 2r+1 (zmm) are row r's.  vpdpbusd sums
 // 4 products per lane (at most 4 * 63 * 128 = 32,256, so exact in 16 bits); the vectors of chunks t and t+1
 // (the same scale group) are packed to 16 bits (vpackssdw, within 128-bit lanes) and multiplied by the
 // scales with vpdpwssd: 32-bit lane 4k + i of a sum then holds row 2k + (i & 1) (chunk t for i < 2, t+1
 // for i >= 2).  Half as many scale multiplies as vpmaddubsw + vpmaddwd per chunk, which is where the plain
-// layout spends its time.  A ymm vector is half of this: rows 4h.., its 128-bit lane k' the zmm's 2h + k'.
+// layout spends its time.  Each table is built per half h (rows 4h..4h+3) and the halves widened together.
+// (The 256-bit code further down sums its lanes otherwise and has its own tables.)
 // Per block, the two lanes of each row are added (an exact integer: the row's block sum), then one float
 // multiply-add per row.
 struct tables {
@@ -128,8 +131,6 @@ alignas(64) const int32_t BIDX[4][16] = {{0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0,
                                          {4, 4, 5, 5, 4, 4, 5, 5, 4, 4, 5, 5, 4, 4, 5, 5},
                                          {6, 6, 7, 7, 6, 6, 7, 7, 6, 6, 7, 7, 6, 6, 7, 7}};
 
-#if SBQ6X8_ZMM
-// ---------------------------------------------------------------- 512-bit: 8 rows a vector
 // The block's 6-bit weights for ql chunks 8c + t, 8c + 4 + t and qh chunk 4c + t: q[k] (k = 0..3) holds values
 // 128c + 32k + 8t + (0..7) of each row, of scale group 8c + 2k + t/2.
 inline void weights(const uint8_t * x, int c, int t, __m512i * q) {
@@ -240,7 +241,7 @@ inline __m256i dot_i16(__m256i acc, __m256i a, __m256i b) {
 // The ymm lanes' shuffles: int16 lane L = 4r' + m takes row 4h + r''s scale byte (sidx, from group g's 8 bytes);
 // for the -32 offset, int32 lane 2r' + e pairs row 4h + r''s scales of groups 4u + 2e, 4u + 2e + 1 (bytes
 // 8(2e + f) + 4h + r' of the 32 at scales + 32u; part p of oidx takes those in its 16) with their activation
-// sums (BIDX: the pair's 32-bit word, 2u + e, of the block's 16 int16 sums).
+// sums (bidx: the pair's 32-bit word, 2u + e, of the block's 16 int16 sums).
 struct ytables {
     int8_t sidx[2][16];
     int8_t oidx[2][2][16];
