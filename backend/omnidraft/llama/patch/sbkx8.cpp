@@ -73,11 +73,11 @@ constexpr int MAX_BLOCKS = 256;  // rows of up to 65,536 values
 #endif
 
 #define SBKX8_UNROLL _Pragma("GCC unroll 8")
-// zmm: the largest batch whose rows all share each unpacked weight vector in one pass (larger ones go as
-// groups of 4: 4 + 3, 4 + 4), and the largest batch whose row sums are inlined (see sums_for).  A row's sums
-// take 3 zmm: up to 6 rows they fit beside the weights, from 7 GCC spills them.  One thread, a 4480 x 1536
-// slice of the 1.5B held in cache (scripts/lab/x8_kernel_bench.cpp), 2-core Zen 5, us for 4 / 5 / 6 / 8 rows:
-// 137 / 199 / 219 / 290 with groups of 4 (5 = 4 + 1 reads every weight vector twice), 137 / 158 / 187 / 290 with 6.
+// zmm: the largest batch whose rows' sums all stay live through a part of the block (beyond it, pairs of rows at
+// a time: see row_sums), and the largest batch whose row sums are inlined (see sums_for).  A row's sums take 3
+// zmm: up to 6 rows they fit beside the weights, from 7 GCC spilled them.  One thread, a 4480 x 1536 slice of
+// the 1.5B held in cache (scripts/lab/x8_kernel_bench.cpp), 2-core Zen 5, us for 4 / 5 / 6 / 8 rows: 137 / 199 /
+// 219 / 290 with groups of 4 (5 = 4 + 1 reads every weight vector twice), 137 / 158 / 187 / 290 with 6.
 // Zen 4 with groups of 4, 1 / 4 / 8 rows: 115 / 228 / 436.  The ymm code takes one row at a time (row_sums).
 #ifndef SBKX8_ROWS
 #define SBKX8_ROWS 6
@@ -277,43 +277,61 @@ struct sums {
 // R activation rows at once, so that each weight vector loaded from the block serves R rows (one row at a
 // time, the loads of the unpacked weights, not the multiplies, bound the pass).
 #if SBKX8_ZMM
+// Every row of the pass in one call per block.  Up to SBKX8_ROWS rows, each row's lo/hi sums stay live through
+// a part p, R independent vpdpbusd chains interleaved, each weight vector loaded once for all of them.  Beyond,
+// 2R such sums beside R row sums and 8 weight vectors do not fit the 32 zmm (GCC spilled), so the rows go two at
+// a time through each part, the weight vectors reloaded from L1 per pair.  The same integers either way.  One
+// thread, a 4480 x 1536 slice in cache (scripts/lab/x8_kernel_bench.cpp), 2-core Zen 4, best of 5 alternated
+// runs, us for 6 / 7 / 8 rows: 310-312 / 411-413 / 451-452 as 6, 4 + 3 and 4 + 4 rows (the earlier code), 316 /
+// 369 / 413 now; pairs at every count cost 3-4 % from 4 rows to 6, hence the split.
 template <int R>
 inline void row_sums(const block8 & b, const uint8_t * const * y, const int16_t * const * bs, sums * r) {
+    constexpr int G = R <= SBKX8_ROWS ? R : 2;  // rows whose sums are live at once
     __m512i ab[R];  // the ymm code's a (low half) and b (high half)
     SBKX8_UNROLL
     for (int j = 0; j < R; j++) {
         ab[j] = _mm512_setzero_si512();
-        r[j].m = _mm256_setzero_si256();
     }
     SBKX8_UNROLL
     for (int p = 0; p < 4; p++) {
-        __m512i lo[R], hi[R];
         SBKX8_UNROLL
-        for (int j = 0; j < R; j++) {
-            lo[j] = hi[j] = _mm512_setzero_si512();
-        }
-        SBKX8_UNROLL
-        for (int c = 0; c < 4; c++) {
+        for (int j0 = 0; j0 < R; j0 += G) {
+            __m512i lo[G], hi[G];
             SBKX8_UNROLL
-            for (int j = 0; j < R; j++) {
-                int64_t vl, vh;
-                memcpy(&vl, y[j] + 64 * p + 8 * c, 8);
-                memcpy(&vh, y[j] + 64 * p + 32 + 8 * c, 8);
-                lo[j] = _mm512_dpbusd_epi32(lo[j], b.w[p][c][0], _mm512_set1_epi64(vl));
-                hi[j] = _mm512_dpbusd_epi32(hi[j], b.w[p][c][1], _mm512_set1_epi64(vh));
+            for (int g = 0; g < G; g++) {
+                lo[g] = hi[g] = _mm512_setzero_si512();
             }
-        }
-        SBKX8_UNROLL
-        for (int j = 0; j < R; j++) {
-            // packs works within 128-bit lanes: its low half is the ymm code's packs(loA, hiA), its high
-            // half packs(loB, hiB); each lane sums 16 products of at most 15 * 128, so it never saturates
-            ab[j] = _mm512_dpwssd_epi32(ab[j], _mm512_packs_epi32(lo[j], hi[j]), b.s[p]);
-            r[j].m = dot_i16(r[j].m, b.m[p], bcast32(bs[j] + 2 * p));
+            SBKX8_UNROLL
+            for (int c = 0; c < 4; c++) {
+                SBKX8_UNROLL
+                for (int g = 0; g < G; g++) {
+                    if (j0 + g < R) {  // an odd row count's last pair is one row
+                        int64_t vl, vh;
+                        memcpy(&vl, y[j0 + g] + 64 * p + 8 * c, 8);
+                        memcpy(&vh, y[j0 + g] + 64 * p + 32 + 8 * c, 8);
+                        lo[g] = _mm512_dpbusd_epi32(lo[g], b.w[p][c][0], _mm512_set1_epi64(vl));
+                        hi[g] = _mm512_dpbusd_epi32(hi[g], b.w[p][c][1], _mm512_set1_epi64(vh));
+                    }
+                }
+            }
+            SBKX8_UNROLL
+            for (int g = 0; g < G; g++) {
+                // packs works within 128-bit lanes: its low half is the ymm code's packs(loA, hiA), its high
+                // half packs(loB, hiB); each lane sums 16 products of at most 15 * 128, so it never saturates
+                if (j0 + g < R) {
+                    ab[j0 + g] = _mm512_dpwssd_epi32(ab[j0 + g], _mm512_packs_epi32(lo[g], hi[g]), b.s[p]);
+                }
+            }
         }
     }
     SBKX8_UNROLL
-    for (int j = 0; j < R; j++) {
-        r[j].ab = ab[j];
+    for (int j = 0; j < R; j++) {  // the mins' sums need no weights: after the parts, one row at a time
+        __m256i m = _mm256_setzero_si256();
+        SBKX8_UNROLL
+        for (int p = 0; p < 4; p++) {
+            m = dot_i16(m, b.m[p], bcast32(bs[j] + 2 * p));
+        }
+        r[j] = {ab[j], m};
     }
 }
 #else
@@ -426,15 +444,7 @@ void group(const uint8_t * x, const acts & act, float * out, size_t stride) {
         }
         sums s[N];
 #if SBKX8_ZMM
-        constexpr int R = N <= SBKX8_ROWS ? N : 4;  // rows sharing each weight vector
-        SBKX8_UNROLL
-        for (int j = 0; j + R <= N; j += R) {
-            sums_for<N, R>(b, y + j, bs + j, s + j);
-        }
-        if constexpr (N % R != 0) {
-            constexpr int J = N - N % R;
-            sums_for<N, N % R>(b, y + J, bs + J, s + J);
-        }
+        sums_for<N, N>(b, y, bs, s);  // every row shares each weight vector
 #else
         SBKX8_UNROLL
         for (int j = 0; j < N; j++) {
