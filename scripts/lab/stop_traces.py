@@ -1,7 +1,9 @@
 """How the cost policy's early stop would do against other stops, replayed on traces of fixed k = 4 (issue 41).
 
-The cost policy drafts token by token and stops where drafting on is not predicted to beat stopping
-(``rules.drafting_pays``); it projects every further token as likely as the last one drafted.  This records,
+The cost policy caps a step at the length its per-position acceptance estimates predict fastest, then drafts
+token by token and stops where drafting on is not predicted to beat stopping (``rules.drafting_pays``: every
+further token projected as likely as the last one drafted).  Replayed: that ("now"), the early stop alone within
+k, fixed lengths, and the stop projecting by each depth's observed acceptance.  This records,
 for every step of a fixed k = 4 generation (held-out prompts, greedy), the acceptance predictor's p of each
 drafted token (as the policy would see it, before the step updates it) and how many the target accepted, then
 replays stops on those steps: each step's tokens are min(accepted, L) + 1 and its seconds T_verify(L + 1) +
@@ -28,8 +30,8 @@ from omnidraft.assets.snapshot import load_set
 from omnidraft.bench import runner
 from omnidraft.runtime.session import Session, Settings
 from omnidraft.speculative.generator import GenerationParams
-from omnidraft.speculative.policy import PolicyConfig, seeded_policy
-from omnidraft.speculative.rules import Drafted, StepCosts, drafting_pays
+from omnidraft.speculative.policy import PolicyConfig, expected_tokens, seeded_policy
+from omnidraft.speculative.rules import ACC_PRIOR, Drafted, StepCosts, drafting_pays
 
 sys.path.insert(0, str(Path(__file__).parent))
 from e2e_peer import cpu_flags  # noqa: E402
@@ -96,6 +98,22 @@ def stop_depth_rates(p: list[float], costs: StepCosts, rates: list[float]) -> in
     return len(p)
 
 
+def capped(steps: list[dict], costs: StepCosts, td: float, p_min: float) -> list[int]:
+    """The lengths of the loop's cost policy: its early stop within the length ``choose_k`` predicts fastest from
+    per-position acceptance EMAs (``DraftPolicy.acc``, updated as ``observe`` does: censored at the first miss)."""
+    t, acc, out = costs.t_verify, [ACC_PRIOR] * (K + 2), []
+    for s in steps:
+        k = max(range(1, K + 1), key=lambda n: expected_tokens(acc, n) / (t[n + 1] + n * td))
+        L = stop_current(s["p"][:k], costs, p_min)
+        a = min(s["accepted"], L)
+        for i in range(L):
+            acc[i] = 0.9 * acc[i] + 0.1 * (1.0 if i < a else 0.0)
+            if i >= a:
+                break
+        out.append(L)
+    return out
+
+
 def price(steps: list[dict], lengths: list[int], t: list[float], td: float) -> float:
     """Target tokens per second over the steps at those lengths, as a multiple of the target alone's."""
     tokens = sum(min(s["accepted"], L) + 1 for s, L in zip(steps, lengths))
@@ -112,9 +130,12 @@ def replay(steps: list[dict], t: list[float], td: float, p_min: float) -> dict:
         out[f"fixed {L}"] = price(steps, [L] * len(steps), t, td)
     cur = [stop_current(s["p"], costs, p_min) for s in steps]
     dep = [stop_depth_rates(s["p"], costs, rates) for s in steps]
-    out["cost stop (now)"] = price(steps, cur, t, td)
+    cap = capped(steps, costs, td, p_min)
+    out["cost stop (now)"] = price(steps, cap, t, td)
+    out["cost stop within k"] = price(steps, cur, t, td)
     out["cost stop, depth rates"] = price(steps, dep, t, td)
-    out["lengths (now)"] = {L: cur.count(L) for L in range(1, K + 1)}
+    out["lengths (now)"] = {L: cap.count(L) for L in range(1, K + 1)}
+    out["lengths (within k)"] = {L: cur.count(L) for L in range(1, K + 1)}
     out["lengths (depth rates)"] = {L: dep.count(L) for L in range(1, K + 1)}
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
 
