@@ -27,6 +27,7 @@ from omnidraft.speculative.step import Draft
 
 sys.path.insert(0, str(Path(__file__).parent))
 from e2e_peer import cpu_flags  # noqa: E402
+from policy_ab import prompt_args  # noqa: E402
 
 
 def free_lookup(gen, lookup_k: int) -> dict:
@@ -55,10 +56,7 @@ def free_lookup(gen, lookup_k: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--sets", default="humaneval,chat-fresh", help="held-out prompt sets")
-    ap.add_argument("--n", type=int, default=6, help="prompts per set")
-    ap.add_argument("--max-tokens", type=int, default=64)
+    prompt_args(ap)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--lookup-k", type=int, default=4)
     ap.add_argument("--out", type=Path, required=True, help="JSON file")

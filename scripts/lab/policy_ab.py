@@ -40,12 +40,17 @@ def variant(spec: str) -> tuple[str, PolicyConfig]:
     return name, cfg
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def prompt_args(ap: argparse.ArgumentParser) -> None:
+    """The options of the in-process policy labs (this one, lookup_ab.py, stop_traces.py): target, prompts."""
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--sets", default="humaneval,chat-fresh", help="held-out prompt sets")
     ap.add_argument("--n", type=int, default=6, help="prompts per set")
     ap.add_argument("--max-tokens", type=int, default=64)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    prompt_args(ap)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--variant", action="append", default=[], help="name=field=value,... (PolicyConfig)")
     ap.add_argument("--out", type=Path, required=True, help="JSON file (a .md table beside it)")

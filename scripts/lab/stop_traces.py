@@ -35,6 +35,7 @@ from omnidraft.speculative.rules import ACC_PRIOR, Drafted, StepCosts, drafting_
 
 sys.path.insert(0, str(Path(__file__).parent))
 from e2e_peer import cpu_flags  # noqa: E402
+from policy_ab import prompt_args  # noqa: E402
 
 K = 4
 
@@ -155,10 +156,7 @@ def replay_file(src: Path, t_verify: str, out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--sets", default="humaneval,chat-fresh", help="held-out prompt sets")
-    ap.add_argument("--n", type=int, default=6, help="prompts per set")
-    ap.add_argument("--max-tokens", type=int, default=64)
+    prompt_args(ap)
     ap.add_argument("--t-verify", default="", help="ms of a target pass of n = 1..5 tokens, to price with")
     ap.add_argument("--replay", type=Path, help="replay the traces of an earlier --out file instead of generating")
     ap.add_argument("--out", type=Path, required=True, help="JSON file")
