@@ -4,6 +4,8 @@
 |------------|----------------------------------------------------------------------|
 | `loss`     | records -> tensors; L = L_DM (reverse KL on mapped top-k) + lambda L_N-gram |
 | `model`    | a llama/qwen2 GGUF (any quant) -> a transformers model; LoRA          |
+| `update`   | one update's steps: the schedule, AdamW, the non-finite guards       |
+| `casts`    | bf16 casts of frozen weights done once an update, not every step     |
 | `export`   | torch model -> GGUF -> quantized -> checked against torch in llama.cpp |
 | `store`    | the trainer's durable inbox (SQLite, dedup by record id)              |
 | `service`  | the trainer: train every I prompts, publish to the registry           |

@@ -39,7 +39,7 @@ Only the rows a term uses go through the head.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -59,6 +59,16 @@ class Batch:
     topk_probs: torch.Tensor  # [n, K]
     rest: torch.Tensor  # [n]
     n_prompt: int = 0  # input_ids[:n_prompt] is the (cut) prompt
+    # the positions of each term, found where the batch is built (the CPU): on a GPU, a boolean mask's count and
+    # indexing would each wait for the device, several times a step
+    dm_rows: torch.Tensor = field(default=None)  # [n_dm] long: indices of dm
+    ngram_rows: torch.Tensor = field(default=None)  # [n_ngram] long: indices of ngram
+
+    def __post_init__(self):
+        if self.dm_rows is None:
+            self.dm_rows = self.dm.nonzero()[:, 0]
+        if self.ngram_rows is None:
+            self.ngram_rows = self.ngram.nonzero()[:, 0]
 
     def to(self, device) -> "Batch":
         """The same batch with its tensors on ``device``."""
@@ -127,13 +137,29 @@ def hybrid_loss(logits: torch.Tensor, b: Batch, lam: float = 0.2) -> tuple[torch
 
 def output_loss(rows: torch.Tensor, b: Batch, lam: float = 0.2) -> tuple[torch.Tensor, dict]:
     """The hybrid loss from the output rows only (``rows[i]`` predicts output ``i``: [n, V])."""
-    zero = rows.sum() * 0.0
-    l_dm = dm_reverse_kl(rows[b.dm], b.topk_ids[b.dm], b.topk_probs[b.dm], b.rest[b.dm]).mean() \
-        if b.dm.any() else zero
-    l_ng = ngram_nll(rows[b.ngram], b.labels[b.ngram]).mean() if b.ngram.any() else zero
+    l_dm, l_ng = _output_terms(rows, b)
     loss = l_dm + lam * l_ng
-    return loss, {"loss": loss.item(), "l_dm": l_dm.item(), "l_ngram": l_ng.item(),
-                  "n_dm": int(b.dm.sum()), "n_ngram": int(b.ngram.sum())}
+    return loss, _info(loss, l_dm, l_ng, b)
+
+
+def _output_terms(rows: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean L_DM, mean L_N-gram) over the output rows; a term without positions is a zero still in the graph."""
+    zero = rows.sum() * 0.0 if not (len(b.dm_rows) and len(b.ngram_rows)) else None
+    dm, ng = b.dm_rows, b.ngram_rows
+    l_dm = dm_reverse_kl(rows[dm], b.topk_ids[dm], b.topk_probs[dm], b.rest[dm]).mean() if len(dm) else zero
+    l_ng = ngram_nll(rows[ng], b.labels[ng]).mean() if len(ng) else zero
+    return l_dm, l_ng
+
+
+def _info(loss: torch.Tensor, l_dm: torch.Tensor, l_ng: torch.Tensor, b: Batch, **prompt) -> dict:
+    """The step's figures as floats, read in one wait for the device (not one per figure)."""
+    names = ["loss", "l_dm", "l_ngram"] + (["l_prompt"] if prompt else [])
+    terms = [loss, l_dm, l_ng] + ([prompt["l_prompt"]] if prompt else [])
+    info = dict(zip(names, torch.stack([t.detach().float() for t in terms]).tolist()))
+    info.update(n_dm=len(b.dm_rows), n_ngram=len(b.ngram_rows))
+    if prompt:
+        info["n_prompt"] = prompt["n_prompt"]
+    return info
 
 
 def record_loss(model, rec_or_batch, lam: float = 0.2, prompt_lam: float = 0.0, max_len: int = 1024):
@@ -145,9 +171,10 @@ def record_loss(model, rec_or_batch, lam: float = 0.2, prompt_lam: float = 0.0, 
     n_p = b.n_prompt - 1 if prompt_lam > 0 and b.n_prompt >= 2 else 0  # prompt rows with a prompt token next
     keep = torch.cat([torch.arange(n_p, device=b.pos.device), b.pos]) if n_p else b.pos
     rows = model(input_ids=b.input_ids[None], logits_to_keep=keep).logits[0]
-    loss, info = output_loss(rows[n_p:], b, lam)
-    if n_p:
-        l_p = ngram_nll(rows[:n_p], b.input_ids[1:n_p + 1]).mean()
-        loss = loss + prompt_lam * l_p
-        info.update(loss=loss.item(), l_prompt=l_p.item(), n_prompt=n_p)
-    return loss, info
+    l_dm, l_ng = _output_terms(rows[n_p:], b)
+    loss = l_dm + lam * l_ng
+    if not n_p:
+        return loss, _info(loss, l_dm, l_ng, b)
+    l_p = ngram_nll(rows[:n_p], b.input_ids[1:n_p + 1]).mean()
+    loss = loss + prompt_lam * l_p
+    return loss, _info(loss, l_dm, l_ng, b, l_prompt=l_p, n_prompt=n_p)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from omnidraft.online.records import RecordError, validate
 
+from .casts import autocasts_bf16, step_casts
 from .model import add_lora
 
 log = logging.getLogger(__name__)
@@ -118,51 +119,72 @@ def train_pass(model, rows: list[tuple[int, dict]], replay: list[dict], cfg, see
 
     model, params = trainable(model, cfg.lora_rank, cfg.train_embeddings)
     model.train()
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # foreach: the arithmetic of the per-tensor loop torch runs on a CPU by default (its default on a GPU), as one
+    # call per operation for all the tensors, not one per tensor (a rank-16 LoRA of 30 layers has 420)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
     done = Pass(model=model)
     steps = schedule(rows, [(list(replay), cfg.replay_ratio), (list(recent), cfg.recent_ratio)], cfg.epochs, seed)
     failed: set[int] = set()  # a record that failed a step is not tried again in a later epoch
-    for seq, rec in steps:
-        if seq in failed:
-            continue
-        why = _step(model, opt, params, rec, cfg, L)
-        if why is None:  # nothing to learn from (a generation that stopped at once)
-            continue
-        if isinstance(why, float):
-            done.losses.append(why)
-            if seq >= 0:
-                done.new_losses.append(why)
-            else:
-                done.replayed += 1
-            continue
-        reason, fatal = why
-        failed.add(seq)
-        if seq >= 0:
-            done.bad.append((seq, rec["id"], reason))
-        else:
-            done.bad_replay.append(-1 - seq)
-            log.warning("replay record %s: %s", rec.get("id"), reason)
-        if fatal:
-            done.discard = True
-            return done
+    batches: dict[int, object] = {}  # seq -> its Batch (or None): built once, however often it is stepped on
+    with step_casts(model, cfg.precision, getattr(cfg, "device", "cpu")):
+        for seq, rec in steps:
+            if seq in failed:
+                continue
+            why = _step(model, opt, params, _batch(batches, seq, rec, cfg, L), cfg, L)
+            if not _count(done, seq, rec, why, failed):
+                return done  # a step left non-finite weights: the pass is discarded
     model.eval()
     log.info("update: %d steps (%d replayed), mean loss %.4f", len(done.losses), done.replayed,
              sum(done.losses) / max(len(done.losses), 1))
     return done
 
 
-def _step(model, opt, params, rec: dict, cfg, L) -> float | tuple[str, bool] | None:
-    """One AdamW step on one record: its loss, or (why it was not taken, whether the pass must end)."""
+def _count(done: Pass, seq: int, rec: dict, why, failed: set[int]) -> bool:
+    """Put one step's outcome (``_step``'s answer) into ``done``; False where the pass must end."""
+    if why is None:  # nothing to learn from (a generation that stopped at once)
+        return True
+    if isinstance(why, float):
+        done.losses.append(why)
+        if seq >= 0:
+            done.new_losses.append(why)
+        else:
+            done.replayed += 1
+        return True
+    reason, fatal = why
+    failed.add(seq)
+    if seq >= 0:
+        done.bad.append((seq, rec["id"], reason))
+    else:
+        done.bad_replay.append(-1 - seq)
+        log.warning("replay record %s: %s", rec.get("id"), reason)
+    done.discard = fatal
+    return not fatal
+
+
+def _batch(batches: dict, seq: int, rec: dict, cfg, L):
+    """The record's tensors on the training device (None: no position to train on), or the error building them
+    raised (past validation: never fatal); kept in ``batches`` for the record's later steps."""
+    if seq not in batches:
+        try:
+            b = L.batch_from_record(rec, cfg.max_len)
+            device = getattr(cfg, "device", "cpu")
+            batches[seq] = b.to(device) if b is not None and device != "cpu" else b
+        except (ValueError, TypeError, IndexError, KeyError) as e:
+            batches[seq] = e
+    return batches[seq]
+
+
+def _step(model, opt, params, b, cfg, L) -> float | tuple[str, bool] | None:
+    """One AdamW step on one record's batch: its loss, or (why it was not taken, whether the pass must end)."""
     # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
+    if b is None:
+        return None
+    if isinstance(b, Exception):  # building its tensors failed (``_batch``)
+        return f"the record could not be trained on: {type(b).__name__}: {b}", False
     try:
-        b = L.batch_from_record(rec, cfg.max_len)
-        if b is None:
-            return None
-        device = getattr(cfg, "device", "cpu")
-        b = b.to(device) if device != "cpu" else b
-        with precision(cfg.precision, device):
+        with precision(cfg.precision, getattr(cfg, "device", "cpu")):
             loss, info = L.record_loss(model, b, cfg.lam, cfg.prompt_lam)
     except (ValueError, TypeError, IndexError, KeyError) as e:  # past validation: still never fatal
         return f"the record could not be trained on: {type(e).__name__}: {e}", False
@@ -186,26 +208,23 @@ def precision(name: str, device: str = "cpu"):
     # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
-    kind = torch.device(device).type
-    if name == "bf16" or (name == "auto" and (kind == "cuda" or bf16_native())):
-        return torch.autocast(kind, dtype=torch.bfloat16)
-    if name not in ("auto", "f32"):
-        raise ValueError(f"precision must be auto, bf16 or f32, not {name!r}")
+    if autocasts_bf16(name, device):
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
-def bf16_native() -> bool:
-    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def finite(params) -> bool:
+    """Whether no tensor of ``params`` holds an inf or a NaN, in one wait for the device: each tensor's largest
+    |x| (inf or NaN exactly when the tensor holds one), all compared at once, not one ``bool`` per tensor."""
     # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
     import torch
 
-    return all(bool(torch.isfinite(p).all()) for p in params)
+    tensors = [p.detach() for p in params]
+    if not tensors:
+        return True
+    by_device: dict = {}
+    for t in tensors:
+        by_device.setdefault(t.device, []).append(t)
+    peaks = [torch.stack([n.float() for n in torch._foreach_norm(ts, float("inf"))]).cpu()
+             for ts in by_device.values()]
+    return bool(torch.isfinite(torch.cat(peaks)).all())
