@@ -17,6 +17,9 @@
 #                                                    code-ep1 | code-recent256 | code-lora | chat-full |
 #                                                    code-r64 | code-lr3e3 | code-long | code-long-lr5e4;
 #                                                    parts 2 and 3: repo | language | drift)
+#          run(command="bash scripts/device/adapt_device.sh speed")  (optional, once the parts are in) the trainer's
+#                                                    update alone on the GPU, HEAD's against this tree's (.devadapt/speed:
+#                                                    records.jsonl and HEAD's backend/, put there by hand)
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
 #   here:  scripts/device/device_tree.sh restore     (right after the last part: before any commit)
@@ -51,6 +54,14 @@
 # 512 requests of two streams just fit.  Between `light` and the first part call the index held the drafter again (the
 # tool refused 11 calls at 70.6 MiB), and a commit made elsewhere while light deleted it from HEAD: run `size` right
 # before each call, and after `restore` check `git ls-tree HEAD models/` (commit the drafter back if it is gone).
+# 2026-12-02, results/issue43/device-stream (nvidia-h200, nineteenth session): `speed` (below: the trainer's update
+# alone on the GPU, the last commit's against this tree's, 58.3 -> 38.0 s for 128 steps, the same bits) while the
+# CUDA build ran, then `code-long` alone, N_TRAIN=1000, EXTRA='--checkpoints 64,128,256,512,640,768,1000': 736
+# requests in 1,136 s after `go` (1.54 s a request; updates 29-38 s), stopped by the device time past the 640 point.
+# The same 13 parts at PART=36M, the tree 24.5 MiB light; `start` carried .devadapt + manifest + part012, the part
+# calls took 5 s each, and the machine goes back after 30 s idle (status: idle_release_s), so call without pauses.
+# `speed` reads its records and the older backend/ from $W/carry/speed (start copied .devadapt there: later calls do
+# not carry it).  24.6 minutes of device time in all.
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
@@ -177,6 +188,25 @@ go() {  # there: the build done, the models joined, each run started detached fr
   done
 }
 
+speed() {  # there, once the parts are in: one update alone on the GPU, the last commit's trainer (.devadapt/speed/
+           # backend) then this tree's, on the same records (trainer_speed.py: 32 new + 32 recent, 2 epochs = 128 steps)
+  local end=$((SECONDS + 200)) s=$W/carry/speed
+  until grep -q "upstream build:" "$W/builds.txt" 2>/dev/null || [ $SECONDS -ge $end ]; do sleep 5; done  # the
+  # trainer imports llama_cpp (omnidraft.llama): the CPU build's, ready before the CUDA one
+  [ -f "$W/m/$DRAFT_FILE" ] || bash scripts/device/device_xfer.sh join adapt "$W/m"
+  site
+  export PYTHONPATH="$W/llama-upstream:$PYTHONPATH"
+  for side in base new; do
+    local code=$ROOT/backend ref=(--compare "$OUT/speed-base.pt")
+    [ $side = base ] && code=$s/backend ref=(--save "$OUT/speed-base.pt")
+    python3 scripts/lab/trainer_speed.py --code "$code" --records "$s/records.jsonl" --model "$W/m/$DRAFT_FILE" \
+      --new 32 --recent 32 --device cuda --threads "${THREADS:-4}" "${ref[@]}" --out "$OUT/speed-$side.json" 2>&1 |
+      grep -E '"(code|steps|train_pass_s|step_s|merge_s|bitwise_equal|max_abs_weight_diff|max_abs_loss_diff)"'
+  done
+  rm -f "$OUT/speed-base.pt"
+  nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null || true
+}
+
 wait_runs() {  # there: until every run has ended or SECONDS passed; what each has so far into $OUT
   local end=$((SECONDS + ${1:-500})) alive
   while :; do
@@ -206,5 +236,6 @@ case "${1:-}" in
   start) start ;;
   go) shift; go "$@" ;;
   wait) wait_runs "${2:-500}" ;;
+  speed) speed ;;
   *) sed -n '2,/^set /p' "$0" | grep '^#' >&2; exit 2 ;;
 esac

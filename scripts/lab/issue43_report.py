@@ -27,6 +27,11 @@ A DIR that holds code-long/ or code-long-lr5e4/ (results/issue43/device-long, 20
 long-NAME-h200.json per run (with a straight-line fit of tau from 128 requests on) and unseen-code-long-h200.png, with
 the sixteenth session's code curve on stdlib-code (which cycles from request 299) beside them where
 results/issue43/device-512 holds it.
+
+A DIR whose code-long/ curve goes past 512 requests (results/issue43/device-stream, 2026-12-02, nineteenth session:
+code-long alone on 1 H200 with the faster trainer update, N_TRAIN=1000, as far as the device time went) gives
+stream-code-long-h200.json (with the fit from 128 on) and unseen-code-long-stream-h200.png, with the eighteenth
+session's 512-request code-long curve (results/issue43/device-long, two runs sharing the GPU) beside it.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ VARIANTS = ("code-lr3e5", "code-ep1", "code-recent256", "code-lora")
 RANKS = ("code-r64", "code-lr3e3")
 LONGS = ("code-long", "code-long-lr5e4")
 REF_512 = Path("results/issue43/device-512/unseen-code-512-h200.json")  # stdlib-code, cycling from request 299
+REF_LONG = Path("results/issue43/device-long/long-code-long-h200.json")  # stdlib-code-long to 512, two runs at once
 WHERE_CHAT = ("lent GPU machine: 1 NVIDIA H200 + 16-core host (the 2-GPU kind was not lent); generation fully "
               "offloaded (CUDA build of llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on "
               "the host CPU; chat and chat-full at once on the one GPU (2026-11-28, fifth session)")
@@ -78,6 +84,10 @@ WHERE_LONG = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully 
               "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code-long and "
               "code-long-lr5e4 at once on the one GPU, N_TRAIN=512, --checkpoints 64,128,256,384,512 (2026-12-02, "
               "results/issue43/device-long)")
+WHERE_STREAM = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully offloaded (CUDA build of "
+                "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code-long alone "
+                "on the GPU, N_TRAIN=1000, --checkpoints 64,128,256,512,640,768,1000, stopped by the device time after "
+                "736 requests (2026-12-02, nineteenth session, results/issue43/device-stream)")
 WHERE_X2 = ("lent GPU machine: 2 NVIDIA H200s + 32-core host; generation fully offloaded (CUDA build of "
             "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; five runs "
             "at once: code, code-ep1 and code-lora on GPU 0, code-lr3e5 and code-recent256 on GPU 1 (2026-11-28)")
@@ -161,6 +171,9 @@ def main(argv: list[str]) -> None:
     chat2 = (src / "chat-full").is_dir()
     where = WHERE_X2 if variants else WHERE_RANK if ranks else WHERE_LONG if longs else WHERE_CHAT if chat2 else WHERE
     runs = {n: load_run(src / n, n, where) for n in RUNS if (src / n).is_dir()}
+    stream = longs and any(p["prompts"] > 512 for r in runs.values() for p in r["curve"])
+    if stream:
+        return _stream(runs, out)
     if ranks and "code" in runs:
         runs["code"]["label"] = "LoRA rank 16, lr 1e-3 (the scenario's update)"
     for r in runs.values() if longs else ():  # where the curve from 128 on, as a line, reaches control + 25 %
@@ -213,6 +226,23 @@ def main(argv: list[str]) -> None:
              f"unseen-code: stdlib stream, 32 HumanEval prompts held out{pair}")
     if "chat" in runs:
         plot([runs["chat"]], out / "unseen-chat-h200.png", f"unseen-chat: ShareGPT stream, 32 held out{pair}")
+
+
+def _stream(runs: dict, out: Path) -> None:
+    """The nineteenth session's one long code-long run, beside the eighteenth's 512-request one."""
+    r = runs["code-long"]
+    r["where"], r["label"] = WHERE_STREAM, "stdlib-code-long, r16, lr 1e-3: alone, to 736 (19th session)"
+    r["fit_from_128"] = fit_from(r["curve"], 128, 1.25 * r["control"]["tau"])
+    (out / "stream-code-long-h200.json").write_text(json.dumps(r, indent=1))
+    g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %" for x in r["gains"])
+    print(f"code-long: {r['stream_prompts_seen']} requests streamed; vs control {g}; slope {r['slope_at_end']}; "
+          f"fit from 128 {r['fit_from_128']}")
+    ref = json.loads(REF_LONG.read_text()) if REF_LONG.is_file() else None
+    if ref:
+        ref["label"] = "the same run to 512, beside a second one (18th session)"
+    plot([r] + ([ref] if ref else []), out / "unseen-code-long-stream-h200.png",
+         "unseen-code on stdlib-code-long, one stream alone, past 512 requests (32 HumanEval prompts held out)"
+         "\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; 1 H200; held-out k = 4 (5-row passes)")
 
 
 if __name__ == "__main__":
