@@ -444,7 +444,7 @@ void group(const uint8_t * x, const acts & act, float * out, size_t stride) {
         }
         sums s[N];
 #if SBKX8_ZMM
-        sums_for<N, N>(b, y, bs, s);  // every row shares each weight vector
+        sums_for<N, N>(b, y, bs, s);  // every row in one call a block (up to SBKX8_ROWS interleaved, then pairs)
 #else
         SBKX8_UNROLL
         for (int j = 0; j < N; j++) {
