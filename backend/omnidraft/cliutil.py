@@ -54,6 +54,7 @@ FLAG_RANGES: dict[str, Range] = {
     "port": (0, 65535), "interval": (1, _BIG), "lam": (0.0, 100.0), "prompt_lam": (0.0, 100.0), "lr": _LR,
     "weight_decay": (0.0, 10.0), "lora_rank": (0, 4096), "max_len": (8, 1 << 20), "epochs": (1, 100_000),
     "replay_ratio": (0.0, 1000.0), "recent": (0, _BIG), "recent_ratio": (0.0, 1000.0), "keep": (1, 100_000),
+    "micro_batch": (1, 4096),
     "check_tokens": (1, 4096),
     # adapt
     "n_train": (1, _BIG), "n_heldout": (1, _BIG), "n_old": (0, _BIG), "eval_every": (1, _BIG),

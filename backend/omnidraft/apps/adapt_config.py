@@ -44,6 +44,8 @@ class AdaptConfig:
     recent: int = field(default=64, metadata={"help": "records of earlier updates each update draws from (the "
                                                       "new domain's own history; 0 = none)"})
     recent_ratio: float = field(default=1.0, metadata={"help": "steps on those per new record in an update"})
+    micro_batch: int = field(default=1, metadata={"help": "records per optimizer step, in one padded forward (1 = "
+                                                      "a step per record)"})
     n_replay: int = field(default=16, metadata={"help": "replay records per old domain (from its stream split)"})
     replay_ratio: float = field(default=0.5, metadata={"help": "replay steps per new record in an update"})
     qtype: str = field(default="q8_0", metadata={"help": "quantization of published drafters ('' = the base's)"})
@@ -97,6 +99,6 @@ class AdaptConfig:
         opts = {"--base": base, "--interval": self.interval, "--lam": self.lam, "--lr": self.lr,
                 "--lora-rank": self.lora_rank, "--epochs": self.epochs, "--prompt-lam": self.prompt_lam,
                 "--replay-ratio": self.replay_ratio, "--recent": self.recent, "--recent-ratio": self.recent_ratio,
-                "--qtype": self.qtype, "--threads": threads, "--device": self.trainer_device,
+                "--micro-batch": self.micro_batch, "--qtype": self.qtype, "--threads": threads, "--device": self.trainer_device,
                 "--replay": replay or ""}
         return [str(x) for kv in opts.items() for x in kv]

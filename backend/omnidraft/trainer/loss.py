@@ -168,13 +168,54 @@ def record_loss(model, rec_or_batch, lam: float = 0.2, prompt_lam: float = 0.0, 
     b = rec_or_batch if isinstance(rec_or_batch, Batch) else batch_from_record(rec_or_batch, max_len)
     if b is None:
         return None, {}
-    n_p = b.n_prompt - 1 if prompt_lam > 0 and b.n_prompt >= 2 else 0  # prompt rows with a prompt token next
-    keep = torch.cat([torch.arange(n_p, device=b.pos.device), b.pos]) if n_p else b.pos
-    rows = model(input_ids=b.input_ids[None], logits_to_keep=keep).logits[0]
+    n_p = _prompt_rows(b, prompt_lam)
+    rows = model(input_ids=b.input_ids[None], logits_to_keep=_kept(b, n_p)).logits[0]
+    loss, l_dm, l_ng, l_p = _terms(rows, b, n_p, lam, prompt_lam)
+    return loss, _info(loss, l_dm, l_ng, b, **({"l_prompt": l_p, "n_prompt": n_p} if n_p else {}))
+
+
+def group_loss(model, batches: list[Batch], lam: float = 0.2, prompt_lam: float = 0.0):
+    """Several records in one forward: (the mean of their ``record_loss`` losses, each record's loss [B]).  Each
+    record weighs as one, whatever its length.  The records are right-padded and masked, so each reads only its own
+    tokens at its own positions, and only the rows their terms use go through the head; the head must be a plain
+    projection (``plain_head``)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    ids = torch.nn.utils.rnn.pad_sequence([b.input_ids for b in batches], batch_first=True)
+    lens = torch.tensor([len(b.input_ids) for b in batches], device=ids.device)
+    mask = (torch.arange(ids.shape[1], device=ids.device)[None] < lens[:, None]).long()
+    hidden = base.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    n_ps = [_prompt_rows(b, prompt_lam) for b in batches]
+    kept = [_kept(b, n_p) for b, n_p in zip(batches, n_ps)]
+    rows = base.get_output_embeddings()(torch.cat([hidden[i, k] for i, k in enumerate(kept)]))
+    each = torch.stack([_terms(r, b, n_p, lam, prompt_lam)[0]
+                        for r, b, n_p in zip(rows.split([len(k) for k in kept]), batches, n_ps)])
+    return each.mean(), each
+
+
+def plain_head(model) -> bool:
+    """Whether the model's logits are its head's projection of the last hidden state and nothing more (Llama,
+    Qwen2: ``group_loss`` applies the head itself), not capped or scaled after it (Gemma's soft cap, Cohere's
+    scale)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = getattr(base, "config", None)
+    return not any(getattr(cfg, a, None) not in (None, 1.0) for a in ("final_logit_softcapping", "logit_scale"))
+
+
+def _prompt_rows(b: Batch, prompt_lam: float) -> int:
+    """Prompt rows the prompt term reads: every prompt position with a prompt token next (0: no such term)."""
+    return b.n_prompt - 1 if prompt_lam > 0 and b.n_prompt >= 2 else 0
+
+
+def _kept(b: Batch, n_p: int) -> torch.Tensor:
+    """The logits rows a record's terms use: its first ``n_p`` prompt rows, then the rows predicting its output."""
+    return torch.cat([torch.arange(n_p, device=b.pos.device), b.pos]) if n_p else b.pos
+
+
+def _terms(rows: torch.Tensor, b: Batch, n_p: int, lam: float, prompt_lam: float):
+    """(loss, l_dm, l_ngram, l_prompt or None) of one record from its kept rows (``_kept``)."""
     l_dm, l_ng = _output_terms(rows[n_p:], b)
     loss = l_dm + lam * l_ng
     if not n_p:
-        return loss, _info(loss, l_dm, l_ng, b)
+        return loss, l_dm, l_ng, None
     l_p = ngram_nll(rows[:n_p], b.input_ids[1:n_p + 1]).mean()
-    loss = loss + prompt_lam * l_p
-    return loss, _info(loss, l_dm, l_ng, b, l_prompt=l_p, n_prompt=n_p)
+    return loss + prompt_lam * l_p, l_dm, l_ng, l_p

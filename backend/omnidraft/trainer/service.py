@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 # the settings that shape an update, recorded with each published version
 _UPDATE_FIELDS = ("lam", "lr", "lora_rank", "max_len", "epochs", "prompt_lam", "train_embeddings", "replay_ratio",
-                  "recent", "recent_ratio")
+                  "recent", "recent_ratio", "micro_batch")
 HISTORY = 100  # updates kept in memory for /v1/status
 MAX_ERRORS = 20  # record errors listed in one 400 answer
 RETRY_MIN_S, RETRY_MAX_S = 5.0, 600.0  # a failing update is tried again after 5 s, 10 s, ... at most 10 min
@@ -116,6 +116,8 @@ class TrainerConfig:
     recent: int = field(default=0, metadata={"help": "records of earlier updates (the newest) drawn from in "
                                                    "each update"})
     recent_ratio: float = field(default=1.0, metadata={"help": "steps on those per new record in an update"})
+    micro_batch: int = field(default=1, metadata={"help": "records per optimizer step, in one padded forward (1 = "
+                                                      "a step per record)"})
     precision: str = field(default="auto", metadata={"help": "training products: auto (bf16 where the CPU has it "
                                                              "natively, else f32) | bf16 | f32"})
     qtype: str = field(default="", metadata={"help": "quantization of published drafters (default: the base's)"})
