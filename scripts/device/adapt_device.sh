@@ -15,7 +15,8 @@
 #                                                    starts the streams detached, spread over the GPUs
 #                                                    (RUN: code | code-dm | chat | code-full | code-lr3e5 |
 #                                                    code-ep1 | code-recent256 | code-lora | chat-full |
-#                                                    code-r64 | code-lr3e3 | code-long | code-long-lr5e4;
+#                                                    code-r64 | code-lr3e3 | code-long | code-long-lr5e4 |
+#                                                    code-long-mb4 | chat-long-mb4 | code-long-mb4-dm;
 #                                                    parts 2 and 3: repo | language | drift)
 #          run(command="bash scripts/device/adapt_device.sh speed")  (optional, once the parts are in) the trainer's
 #                                                    update alone on the GPU, HEAD's against this tree's (.devadapt/speed:
@@ -62,6 +63,12 @@
 # calls took 5 s each, and the machine goes back after 30 s idle (status: idle_release_s), so call without pauses.
 # `speed` reads its records and the older backend/ from $W/carry/speed (start copied .devadapt there: later calls do
 # not carry it).  24.6 minutes of device time in all.
+# 2026-12-02, results/issue43/device-mb4 (nvidia-h200, twentieth session): `go code-long-mb4 chat-long-mb4` with
+# N_TRAIN=1000 EXTRA='--checkpoints 64,128,256,512,768,1000': both 1,000-request streams at once in 742-748 s after
+# `go` (0.74 s a request each; 128-record updates of four a step 5.5-12.3 s); then the ablation (`code-long-mb4-dm`'s
+# flags) alone to 512 in 321 s.  The same 14 parts at PART=36M, the tree 25.1 MiB light; start carried .devadapt +
+# manifest + part013, part012 went with `go`.  A first start was lost: the machine goes back after 30 s idle, and
+# this session was away longer between `start` and the first part call.  26.2 minutes of device time in all.
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
@@ -158,6 +165,12 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     # distinct heads, its first 298 stdlib-code's), with the default step and a smaller one (results/issue43/device-long)?
     code-long) echo "$(run_flags code) --stream-set $s/stdlib-code-long.json --lora-rank 16 --lr 1e-3" ;;
     code-long-lr5e4) echo "$(run_flags code) --stream-set $s/stdlib-code-long.json --lora-rank 16 --lr 5e-4" ;;
+    # four records a step (--micro-batch 4: one padded forward, a quarter of the steps) at lr 2e-3 (Adam's square-root
+    # rule for a batch 4x larger): does it learn like code-long at a quarter of the update's time, so that 1,000
+    # requests of code and of chat fit a session's device time (results/issue43/device-mb4)?
+    code-long-mb4) echo "$(run_flags code-long) --micro-batch 4 --lr 2e-3" ;;
+    chat-long-mb4) echo "$(run_flags chat) --lora-rank 16 --micro-batch 4 --lr 2e-3" ;;
+    code-long-mb4-dm) echo "$(run_flags code-long-mb4) --lam 0" ;;  # the paper's ablation there: L_DM alone
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }

@@ -32,6 +32,11 @@ A DIR whose code-long/ curve goes past 512 requests (results/issue43/device-stre
 code-long alone on 1 H200 with the faster trainer update, N_TRAIN=1000, as far as the device time went) gives
 stream-code-long-h200.json (with the fit from 128 on) and unseen-code-long-stream-h200.png, with the eighteenth
 session's 512-request code-long curve (results/issue43/device-long, two runs sharing the GPU) beside it.
+
+A DIR that holds code-long-mb4/, chat-long-mb4/ or code-long-mb4-dm/ (results/issue43/device-mb4, twentieth session:
+four records a step at lr 2e-3) gives mb4-NAME-h200.json per run (with the fit from 128 on),
+unseen-code-mb4-h200.png (beside the one-record-a-step code-long curve) and unseen-chat-mb4-h200.png (beside the
+fifth session's chat curve).
 """
 
 from __future__ import annotations
@@ -60,7 +65,12 @@ RUNS = {  # name -> (scenario, loss, label)
     # results/issue43/device-long: a stream that does not repeat (stdlib-code-long), the default step and a smaller one
     "code-long": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "stdlib-code-long, r16, lr 1e-3"),
     "code-long-lr5e4": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "stdlib-code-long, r16, lr 5e-4"),
+    # results/issue43/device-mb4: four records a step at lr 2e-3, both streams to 1,000, and L_DM alone to 512
+    "code-long-mb4": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "4 records a step, lr 2e-3"),
+    "chat-long-mb4": ("unseen-chat", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "4 records a step, lr 2e-3"),
+    "code-long-mb4-dm": ("unseen-code", "L_DM alone (--lam 0; + 0.5 prompt NLL)", "4 a step, lr 2e-3, L_DM alone"),
 }
+MICRO = ("code-long-mb4", "chat-long-mb4", "code-long-mb4-dm")
 VARIANTS = ("code-lr3e5", "code-ep1", "code-recent256", "code-lora")
 RANKS = ("code-r64", "code-lr3e3")
 LONGS = ("code-long", "code-long-lr5e4")
@@ -88,6 +98,13 @@ WHERE_STREAM = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation full
                 "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code-long alone "
                 "on the GPU, N_TRAIN=1000, --checkpoints 64,128,256,512,640,768,1000, stopped by the device time after "
                 "736 requests (2026-12-02, nineteenth session, results/issue43/device-stream)")
+WHERE_MICRO = ("lent GPU machine: 1 NVIDIA H200 + 16-core host; generation fully offloaded (CUDA build of "
+               "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code-long-mb4 "
+               "and chat-long-mb4 at once on the one GPU, N_TRAIN=1000, --checkpoints 64,128,256,512,768,1000, then "
+               "code-long-mb4-dm alone, N_TRAIN=512, --checkpoints 64,128,256,384,512 (2026-12-02, twentieth session, "
+               "results/issue43/device-mb4)")
+REF_STREAM = Path("results/issue43/device-stream/stream-code-long-h200.json")  # one record a step, to 640
+REF_CHAT = Path("results/issue43/device-chat/chat-h200.json")  # one record a step, LoRA r16 lr 1e-3, to 256
 WHERE_X2 = ("lent GPU machine: 2 NVIDIA H200s + 32-core host; generation fully offloaded (CUDA build of "
             "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; five runs "
             "at once: code, code-ep1 and code-lora on GPU 0, code-lr3e5 and code-recent256 on GPU 1 (2026-11-28)")
@@ -169,6 +186,8 @@ def main(argv: list[str]) -> None:
     ranks = any((src / n).is_dir() for n in RANKS)
     longs = any((src / n).is_dir() for n in LONGS)
     chat2 = (src / "chat-full").is_dir()
+    if any((src / n).is_dir() for n in MICRO):
+        return _micro(src, out)
     where = WHERE_X2 if variants else WHERE_RANK if ranks else WHERE_LONG if longs else WHERE_CHAT if chat2 else WHERE
     runs = {n: load_run(src / n, n, where) for n in RUNS if (src / n).is_dir()}
     stream = longs and any(p["prompts"] > 512 for r in runs.values() for p in r["curve"])
@@ -243,6 +262,31 @@ def _stream(runs: dict, out: Path) -> None:
     plot([r] + ([ref] if ref else []), out / "unseen-code-long-stream-h200.png",
          "unseen-code on stdlib-code-long, one stream alone, past 512 requests (32 HumanEval prompts held out)"
          "\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; 1 H200; held-out k = 4 (5-row passes)")
+
+
+def _micro(src: Path, out: Path) -> None:
+    """The twentieth session's runs with four records a step, beside the same streams at one record a step."""
+    runs = {n: load_run(src / n, n, WHERE_MICRO) for n in MICRO if (src / n).is_dir()}
+    for name, r in runs.items():
+        r["fit_from_128"] = fit_from(r["curve"], 128, 1.25 * r["control"]["tau"])
+        (out / f"mb4-{name}-h200.json").write_text(json.dumps(r, indent=1))
+        g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %"
+                      for x in r["gains"])
+        print(f"{name}: {r['stream_prompts_seen']} requests; vs control {g}; fit from 128 {r['fit_from_128']}")
+    pair = "\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; 1 H200; held-out k = 4 (5-row passes)"
+    refs = {}
+    for key, path, label in (("code", REF_STREAM, "1 record a step, lr 1e-3 (19th session, to 640)"),
+                             ("chat", REF_CHAT, "1 record a step, lr 1e-3 (5th session, to 256)")):
+        if path.is_file():
+            refs[key] = {**json.loads(path.read_text()), "label": label}
+    code = [runs[n] for n in ("code-long-mb4", "code-long-mb4-dm") if n in runs] + \
+        ([refs["code"]] if "code" in refs else [])
+    if code:
+        plot(code, out / "unseen-code-mb4-h200.png",
+             f"unseen-code on stdlib-code-long: 4 records a step against 1 (32 HumanEval prompts held out){pair}")
+    if "chat-long-mb4" in runs:
+        plot([runs["chat-long-mb4"]] + ([refs["chat"]] if "chat" in refs else []), out / "unseen-chat-mb4-h200.png",
+             f"unseen-chat on chat-long: 4 records a step against 1 (32 ShareGPT prompts held out){pair}")
 
 
 if __name__ == "__main__":
