@@ -141,6 +141,12 @@ def load_run(folder: Path, name: str, where: str = WHERE) -> dict:
     return out
 
 
+def gains_line(r: dict) -> str:
+    """A run's gains over the control, one checkpoint after another, for the console."""
+    return ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %"
+                     for x in r["gains"])
+
+
 def fit_from(curve: list[dict], start: int, goal: float) -> dict:
     """Least-squares line through tau at the checkpoints from ``start`` requests on: its slope per 100 requests and
     the request count where it reaches ``goal`` (None if it does not rise)."""
@@ -210,8 +216,7 @@ def main(argv: list[str]) -> None:
                 else f"{name}-h200.json" if chat2
                 else f"unseen-{name}-512-h200.json" if long else f"unseen-{name}-h200.json")).write_text(
             json.dumps(r, indent=1))
-        g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %"
-                      for x in r["gains"])
+        g = gains_line(r)
         print(f"{name}: {r['stream_prompts_seen']} requests streamed; vs control {g}; slope {r['slope_at_end']}")
     pair = "\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; 1 H200; held-out k = 4 (5-row passes)"
     if variants:
@@ -253,7 +258,7 @@ def _stream(runs: dict, out: Path) -> None:
     r["where"], r["label"] = WHERE_STREAM, "stdlib-code-long, r16, lr 1e-3: alone, to 736 (19th session)"
     r["fit_from_128"] = fit_from(r["curve"], 128, 1.25 * r["control"]["tau"])
     (out / "stream-code-long-h200.json").write_text(json.dumps(r, indent=1))
-    g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %" for x in r["gains"])
+    g = gains_line(r)
     print(f"code-long: {r['stream_prompts_seen']} requests streamed; vs control {g}; slope {r['slope_at_end']}; "
           f"fit from 128 {r['fit_from_128']}")
     ref = json.loads(REF_LONG.read_text()) if REF_LONG.is_file() else None
@@ -270,8 +275,7 @@ def _micro(src: Path, out: Path) -> None:
     for name, r in runs.items():
         r["fit_from_128"] = fit_from(r["curve"], 128, 1.25 * r["control"]["tau"])
         (out / f"mb4-{name}-h200.json").write_text(json.dumps(r, indent=1))
-        g = ", ".join(f"{x['prompts']}: {x['acceptance_points']:+.1f} pts / tau {x['tau_gain_pct']:+.1f} %"
-                      for x in r["gains"])
+        g = gains_line(r)
         print(f"{name}: {r['stream_prompts_seen']} requests; vs control {g}; fit from 128 {r['fit_from_128']}")
     pair = "\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; 1 H200; held-out k = 4 (5-row passes)"
     refs = {}

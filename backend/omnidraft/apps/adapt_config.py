@@ -99,6 +99,7 @@ class AdaptConfig:
         opts = {"--base": base, "--interval": self.interval, "--lam": self.lam, "--lr": self.lr,
                 "--lora-rank": self.lora_rank, "--epochs": self.epochs, "--prompt-lam": self.prompt_lam,
                 "--replay-ratio": self.replay_ratio, "--recent": self.recent, "--recent-ratio": self.recent_ratio,
-                "--micro-batch": self.micro_batch, "--qtype": self.qtype, "--threads": threads, "--device": self.trainer_device,
+                "--micro-batch": self.micro_batch, "--qtype": self.qtype, "--threads": threads,
+                "--device": self.trainer_device,
                 "--replay": replay or ""}
         return [str(x) for kv in opts.items() for x in kv]

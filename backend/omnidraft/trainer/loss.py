@@ -179,7 +179,7 @@ def group_loss(model, batches: list[Batch], lam: float = 0.2, prompt_lam: float 
     record weighs as one, whatever its length.  The records are right-padded and masked, so each reads only its own
     tokens at its own positions, and only the rows their terms use go through the head; the head must be a plain
     projection (``plain_head``)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _unwrapped(model)
     ids = torch.nn.utils.rnn.pad_sequence([b.input_ids for b in batches], batch_first=True)
     lens = torch.tensor([len(b.input_ids) for b in batches], device=ids.device)
     mask = (torch.arange(ids.shape[1], device=ids.device)[None] < lens[:, None]).long()
@@ -196,9 +196,13 @@ def plain_head(model) -> bool:
     """Whether the model's logits are its head's projection of the last hidden state and nothing more (Llama,
     Qwen2: ``group_loss`` applies the head itself), not capped or scaled after it (Gemma's soft cap, Cohere's
     scale)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    cfg = getattr(base, "config", None)
+    cfg = getattr(_unwrapped(model), "config", None)
     return not any(getattr(cfg, a, None) not in (None, 1.0) for a in ("final_logit_softcapping", "logit_scale"))
+
+
+def _unwrapped(model):
+    """The transformers model itself: peft's wrapper (LoRA) holds it as its base model, its LoRA layers in place."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _prompt_rows(b: Batch, prompt_lam: float) -> int:

@@ -203,13 +203,7 @@ def _group_step(model, opt, params, group: list, cfg, L) -> list:
             loss, each = L.group_loss(model, [group[i][2] for i in ready], cfg.lam, cfg.prompt_lam)
     except (ValueError, TypeError, IndexError, KeyError):  # past validation: find the record step by step
         loss = None
-    ok = loss is not None and bool(torch.isfinite(loss))
-    if ok:
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        ok = bool(torch.isfinite(torch.nn.utils.clip_grad_norm_(params, 1.0)))
-    if not ok:
-        opt.zero_grad(set_to_none=True)
+    if loss is None or not bool(torch.isfinite(loss)) or not _backward(loss, opt, params)[1]:
         for i in ready:
             out[i] = _step(model, opt, params, group[i][2], cfg, L)
         return out
@@ -237,16 +231,28 @@ def _step(model, opt, params, b, cfg, L) -> float | tuple[str, bool] | None:
         return f"the record could not be trained on: {type(e).__name__}: {e}", False
     if not bool(torch.isfinite(loss)):
         return f"non-finite loss ({loss.item()}): step not taken", False
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-    if not bool(torch.isfinite(norm)):
-        opt.zero_grad(set_to_none=True)
+    norm, ok = _backward(loss, opt, params)
+    if not ok:
         return f"non-finite gradient (norm {norm.item()}): step not taken", False
     opt.step()
     if not finite(params):
         return "non-finite weights after its step: update discarded", True
     return info["loss"]
+
+
+def _backward(loss, opt, params):
+    """(the gradient norm before clipping, whether it is finite): ``loss``'s gradients, the last step's cleared first,
+    clipped to norm 1; where they are not finite they are cleared again, so that no step takes them."""
+    # lazy: torch costs ~4.5 s at start-up and is the optional 'train' extra
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    ok = bool(torch.isfinite(norm))
+    if not ok:
+        opt.zero_grad(set_to_none=True)
+    return norm, ok
 
 
 def precision(name: str, device: str = "cpu"):
