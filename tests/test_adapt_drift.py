@@ -73,3 +73,20 @@ def test_a_target_drift_goes_on_with_the_adapted_drafter_on_the_other_target(tmp
     cfg.drift_target, cfg.out = str(tiny_gguf(tmp_path_factory, "llama")), cfg.out + "-refused"
     with pytest.raises(BadRequest, match="vocabulary"):
         run(cfg, settings, threads=2)
+
+
+def test_with_the_stream_cache_each_point_is_measured_twice(tmp_path_factory, monkeypatch):
+    """``--eval-with-cache``: every held-out point (curve and drift set) is measured once more from a copy of the
+    stream's n-gram cache. Before the stream that cache is empty, so both measurements are the same; the copy's
+    additions are thrown away, so the stream's cache only ever grows by what the stream itself added."""
+    _, _, result, printed = _drift_run(tmp_path_factory, monkeypatch, tiny_gguf(tmp_path_factory, "qwen2"),
+                                       "drift-cache", drift_set="b", eval_with_cache=True)
+    points = result["curve"] + result["drift"]["curve"]
+    assert all("with_cache" in p for p in points) and "with_cache" not in result["control"]
+    for p in (result["curve"][0], result["drift"]["curve"][0]):  # the baseline: an empty cache both ways
+        w = p["with_cache"]
+        assert w["cache_entries"] == 0
+        assert (w["accepted"], w["proposed"], w["tokens"]) == (p["accepted"], p["proposed"], p["tokens"])
+    entries = [p["with_cache"]["cache_entries"] for p in result["curve"]]
+    assert entries == sorted(entries)
+    assert printed.count("with the stream's n-gram cache") == len(points)

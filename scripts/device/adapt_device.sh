@@ -17,7 +17,9 @@
 #                                                    code-ep1 | code-recent256 | code-lora | chat-full |
 #                                                    code-r64 | code-lr3e3 | code-long | code-long-lr5e4 |
 #                                                    code-long-mb4 | chat-long-mb4 | code-long-mb4-dm;
-#                                                    parts 2 and 3: repo | language | drift)
+#                                                    parts 2 and 3: repo | language | drift, and with
+#                                                    LoRA, 4 a step, the cache: repo-mb4 | language-mb4 |
+#                                                    drift-mb4)
 #          run(command="bash scripts/device/adapt_device.sh speed")  (optional, once the parts are in) the trainer's
 #                                                    update alone on the GPU, HEAD's against this tree's (.devadapt/speed:
 #                                                    records.jsonl and HEAD's backend/, put there by hand)
@@ -171,6 +173,12 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     code-long-mb4) echo "$(run_flags code-long) --micro-batch 4 --lr 2e-3" ;;
     chat-long-mb4) echo "$(run_flags chat) --lora-rank 16 --micro-batch 4 --lr 2e-3" ;;
     code-long-mb4-dm) echo "$(run_flags code-long-mb4) --lam 0" ;;  # the paper's ablation there: L_DM alone
+    # parts 2 and 3 with the product's update since the fifteenth session (LoRA rank 16; four records a step at lr
+    # 2e-3, as a GPU trainer runs it) to the scenarios' 512 requests, each point measured also from the stream's
+    # n-gram cache (--eval-with-cache: the issue's recovery "with and without the n-gram cache"); INTERVAL=16
+    repo-mb4) echo "$(run_flags repo) --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
+    language-mb4) echo "$(run_flags language) --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
+    drift-mb4) echo "$(run_flags drift) --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }

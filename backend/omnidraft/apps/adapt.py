@@ -26,7 +26,8 @@ The held-out evaluation measures the drafter, nothing else:
   default ``cost`` policy rightly hardly drafts on a 2-core CPU, which would leave nothing to measure;
 * it is greedy, so the text is the target's every time and only the drafting changes;
 * every evaluation starts from the same empty n-gram cache and throws its additions away, so neither the
-  stream's nor the held-out text's n-grams move the curve;
+  stream's nor the held-out text's n-grams move the curve (``--eval-with-cache`` measures each point once more
+  from a copy of the stream's cache: what the cache adds);
 * a control, the untrained drafter re-exported the way the trainer exports (torch -> GGUF -> the same
   quantization -> the same check), separates the training's gain from the re-quantization's;
 * a point with fewer than ``rates.MIN_DRAFTED`` drafted tokens is flagged and not plotted as a rate.
@@ -171,8 +172,22 @@ class Run:
         pt = {"kind": kind, "set": set_name, "prompts": prompts_seen, "version": self.session.drafter_version,
               "target": self.session.settings.target, **ev}
         _show(pt, label)
+        if cfg.eval_with_cache and kind in ("curve", "drift"):
+            pt["with_cache"] = self._with_cache(prompts)
         self.registry.add_evaluation({k: v for k, v in pt.items() if k != "draft_lengths"})
         return pt
+
+    def _with_cache(self, prompts: list[Prompt]) -> dict:
+        """The same drafter on the same prompts from (a copy of) the stream's n-gram cache: the server's as it
+        stands, its additions thrown away again, so the stream's own cache alone differs from the plain point."""
+        live = self.session.pair.cache
+        ev = evaluate(self.session, prompts, self.cfg.eval_max_tokens, self.cfg.eval_k, live)
+        keep = ("acceptance", "measured", "tau", "accepted", "proposed", "tokens", "target_passes", "seconds")
+        out = {k: ev[k] for k in keep} | {"cache_entries": len(live)}
+        tau = f"tau {out['tau']:.3f}" if out["measured"] else "tau (not measured)"
+        print(f"  with the stream's n-gram cache ({len(live)} entries): acceptance "
+              f"{acceptance_text(out['accepted'], out['proposed'])}, {tau}", flush=True)
+        return out
 
 
 def run(cfg: AdaptConfig, settings, threads: int = 0) -> dict:

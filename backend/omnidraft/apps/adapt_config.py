@@ -34,6 +34,9 @@ class AdaptConfig:
     eval_max_tokens: int = field(default=48, metadata={"help": "tokens generated per held-out prompt"})
     eval_k: int = field(default=4, metadata={"help": "draft length of the held-out evaluation (fixed policy, "
                                                      "whatever --policy the stream uses)"})
+    eval_with_cache: bool = field(default=False, metadata={
+        "help": "also measure each held-out point from a copy of the stream's n-gram cache as it stands (the "
+                "server's), beside the empty one: what the cache adds, e.g. to a drift's recovery"})
     record_topk: int = field(default=8, metadata={"help": "target top-k kept per position in records"})
     # the trainer's default update, LoRA of rank 16 at lr 1e-3 (why: trainer.service.TrainerConfig)
     lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate"})

@@ -102,6 +102,12 @@ def _curve_panels(ax1, ax2, curve: list[dict], control: dict | None) -> None:
         ax1.annotate(f"{p['accepted']}/{p['proposed']}", (p["prompts"], 100 * p["acceptance"]), fontsize=7,
                      textcoords="offset points", xytext=(0, 6), ha="center")
     ax2.plot(x, [p["tau"] for p in ok], "s-", color="tab:orange", label="trained drafter")
+    cached = [p for p in ok if p.get("with_cache", {}).get("measured")]
+    if cached:  # --eval-with-cache: the same drafter from the stream's n-gram cache
+        xc = [p["prompts"] for p in cached]
+        label = "trained, with the stream's n-gram cache"
+        ax1.plot(xc, [100 * p["with_cache"]["acceptance"] for p in cached], "o:", color="tab:purple", label=label)
+        ax2.plot(xc, [p["with_cache"]["tau"] for p in cached], "s:", color="tab:purple", label=label)
     if control is not None and control["measured"]:
         ax1.axhline(100 * control["acceptance"], ls="--", color="grey",
                     label=f"control: untrained, {control['qtype']} ({control['accepted']}/{control['proposed']})")
