@@ -19,7 +19,7 @@
 #                                                    code-long-mb4 | chat-long-mb4 | code-long-mb4-dm;
 #                                                    parts 2 and 3: repo | language | drift, and with
 #                                                    LoRA, 4 a step, the cache: repo-mb4 | language-mb4 |
-#                                                    drift-mb4)
+#                                                    drift-mb4; chat to 1,500: chat-xl-mb4)
 #          run(command="bash scripts/device/adapt_device.sh speed")  (optional, once the parts are in) the trainer's
 #                                                    update alone on the GPU, HEAD's against this tree's (.devadapt/speed:
 #                                                    records.jsonl and HEAD's backend/, put there by hand)
@@ -83,7 +83,7 @@ OUT="${OUT:-/tmp/device-out}"
 TARGET_FILE=qwen2.5-coder-0.5b-instruct-q4_0_pure.gguf DRAFT_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 SHIPPED=smollm2-135m-d8-qwen.gguf  # the bundled drafter: parts 2 and 3 start from it (it travels in the parts,
                                    # since device_tree.sh light keeps it out of the tree)
-SETS="stdlib-code stdlib-code-long humaneval chat-long chat javascript npm-cli-long nl-fr-long"
+SETS="stdlib-code stdlib-code-long humaneval chat-long chat-xl chat javascript npm-cli-long nl-fr-long"
 say() { echo "[adapt] $(date -u +%H:%M:%S) $*"; }
 
 prepare() {  # here
@@ -176,9 +176,12 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     # parts 2 and 3 with the product's update since the fifteenth session (LoRA rank 16; four records a step at lr
     # 2e-3, as a GPU trainer runs it) to the scenarios' 512 requests, each point measured also from the stream's
     # n-gram cache (--eval-with-cache: the issue's recovery "with and without the n-gram cache"); INTERVAL=16
-    repo-mb4) echo "$(run_flags repo) --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
-    language-mb4) echo "$(run_flags language) --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
-    drift-mb4) echo "$(run_flags drift) --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
+    repo-mb4) echo "$(run_flags repo) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
+    language-mb4) echo "$(run_flags language) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
+    # chat past 1,000 requests (the twentieth session's line reached +25 % tau at ~1,500): 2,000 distinct prompts
+    chat-xl-mb4) echo "$(run_flags chat-long-mb4) --stream-set $s/chat-xl.json --interval 32 --n-train 1500
+      --checkpoints 256,512,768,1000,1250,1500" ;;
+    drift-mb4) echo "$(run_flags drift) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }
