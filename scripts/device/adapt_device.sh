@@ -180,7 +180,7 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     language-mb4) echo "$(run_flags language) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
     # chat past 1,000 requests (the twentieth session's line reached +25 % tau at ~1,500): 2,000 distinct prompts
     chat-xl-mb4) echo "$(run_flags chat-long-mb4) --stream-set $s/chat-xl.json --interval 32 --n-train 1500
-      --checkpoints 256,512,768,1000,1250,1500" ;;
+      --checkpoints 64,128,256,512,768,1000,1250,1500" ;;
     drift-mb4) echo "$(run_flags drift) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac

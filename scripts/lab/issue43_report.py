@@ -33,6 +33,12 @@ code-long alone on 1 H200 with the faster trainer update, N_TRAIN=1000, as far a
 stream-code-long-h200.json (with the fit from 128 on) and unseen-code-long-stream-h200.png, with the eighteenth
 session's 512-request code-long curve (results/issue43/device-long, two runs sharing the GPU) beside it.
 
+A DIR that holds chat-xl-mb4/ or drift-mb4/ (results/issue43/device-xl, 2026-12-05: chat to 1,500 requests over
+chat-xl beside the drift run, four records a step, at once on one lent GPU; a third argument names the card, h100 by
+default) gives xl-NAME-CARD.json per run (chat: fits from 128 and from 512 on; drift: both sets' curves and controls,
+each point's figures from the stream's n-gram cache, the old domains), unseen-chat-xl-CARD.png (beside the twentieth
+session's chat-long-mb4) and drift-domain-mb4-CARD.png.
+
 A DIR that holds code-long-mb4/, chat-long-mb4/ or code-long-mb4-dm/ (results/issue43/device-mb4, twentieth session:
 four records a step at lr 2e-3) gives mb4-NAME-h200.json per run (with the fit from 128 on),
 unseen-code-mb4-h200.png (beside the one-record-a-step code-long curve) and unseen-chat-mb4-h200.png (beside the
@@ -69,7 +75,12 @@ RUNS = {  # name -> (scenario, loss, label)
     "code-long-mb4": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "4 records a step, lr 2e-3"),
     "chat-long-mb4": ("unseen-chat", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "4 records a step, lr 2e-3"),
     "code-long-mb4-dm": ("unseen-code", "L_DM alone (--lam 0; + 0.5 prompt NLL)", "4 a step, lr 2e-3, L_DM alone"),
+    # results/issue43/device-xl: chat to 1,500 requests over chat-xl, and the drift run with the LoRA default
+    "chat-xl-mb4": ("unseen-chat", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "chat-xl, 4 a step, lr 2e-3"),
+    "drift-mb4": ("drift-domain", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "JavaScript (streamed 1-256)"),
 }
+XL = ("chat-xl-mb4", "drift-mb4")
+REF_MB4_CHAT = Path("results/issue43/device-mb4/mb4-chat-long-mb4-h200.json")  # chat-long to 1,000, 4 a step
 MICRO = ("code-long-mb4", "chat-long-mb4", "code-long-mb4-dm")
 VARIANTS = ("code-lr3e5", "code-ep1", "code-recent256", "code-lora")
 RANKS = ("code-r64", "code-lr3e3")
@@ -192,6 +203,8 @@ def main(argv: list[str]) -> None:
     ranks = any((src / n).is_dir() for n in RANKS)
     longs = any((src / n).is_dir() for n in LONGS)
     chat2 = (src / "chat-full").is_dir()
+    if any((src / n).is_dir() for n in XL):
+        return _xl(src, out, argv[2] if len(argv) > 2 else "h100")
     if any((src / n).is_dir() for n in MICRO):
         return _micro(src, out)
     where = WHERE_X2 if variants else WHERE_RANK if ranks else WHERE_LONG if longs else WHERE_CHAT if chat2 else WHERE
@@ -291,6 +304,112 @@ def _micro(src: Path, out: Path) -> None:
     if "chat-long-mb4" in runs:
         plot([runs["chat-long-mb4"]] + ([refs["chat"]] if "chat" in refs else []), out / "unseen-chat-mb4-h200.png",
              f"unseen-chat on chat-long: 4 records a step against 1 (32 ShareGPT prompts held out){pair}")
+
+
+def _xl(src: Path, out: Path, card: str) -> None:
+    """chat-xl-mb4 (chat to 1,500 requests over chat-xl) beside the twentieth session's chat-long-mb4, and drift-mb4
+    (JavaScript for 256 requests, then French; each point also from the stream's n-gram cache)."""
+    where = (f"lent GPU machine: 1 NVIDIA {card.upper()} + 16-core host; generation fully offloaded (CUDA build of "
+             "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; chat-xl-mb4 and "
+             "drift-mb4 at once on the one GPU (2026-12-05, results/issue43/device-xl)")
+    pair = (f"\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; 1 {card.upper()}; held-out k = 4 "
+            "(5-row passes)")
+    if (src / "chat-xl-mb4").is_dir():
+        r = load_run(src / "chat-xl-mb4", "chat-xl-mb4", where)
+        r["fit_from_128"] = fit_from(r["curve"], 128, 1.25 * r["control"]["tau"])
+        r["fit_from_512"] = fit_from(r["curve"], 512, 1.25 * r["control"]["tau"])
+        (out / f"xl-chat-xl-mb4-{card}.json").write_text(json.dumps(r, indent=1))
+        print(f"chat-xl-mb4: {r['stream_prompts_seen']} requests; vs control {gains_line(r)}; slope {r['slope_at_end']}; "
+              f"fit from 128 {r['fit_from_128']}; from 512 {r['fit_from_512']}")
+        ref = json.loads(REF_MB4_CHAT.read_text()) if REF_MB4_CHAT.is_file() else None
+        if ref:
+            ref["label"] = "chat-long to 1,000, 4 a step (20th session, H200)"
+        plot([r] + ([ref] if ref else []), out / f"unseen-chat-xl-{card}.png",
+             f"unseen-chat on chat-xl (2,000 distinct ShareGPT first turns) to 1,500 requests (32 held out){pair}")
+    if (src / "drift-mb4").is_dir():
+        d = drift_run(src / "drift-mb4", where)
+        (out / f"xl-drift-mb4-{card}.json").write_text(json.dumps(d, indent=1))
+        for key in ("curve", "drift"):
+            line = ", ".join(f"{p['prompts']}: {100 * p['acceptance']:.1f} %"
+                             + (f" / cache {100 * p['with_cache']['acceptance']:.1f} %" if "with_cache" in p else "")
+                             for p in d[key])
+            print(f"drift-mb4 {key} ({d['control'][key]['set']}, control {100 * d['control'][key]['acceptance']:.1f} "
+                  f"%): {line}")
+        print(f"drift-mb4 old domains: {d['old']}; {d['stream_prompts_seen']} requests")
+        drift_plot(d, out / f"drift-domain-mb4-{card}.png",
+                   "drift-domain, the shipped drafter, LoRA r16, 4 a step, lr 2e-3, an update every 16 requests: "
+                   f"JavaScript for 256 requests, then French\nheld-out 32 prompts each, k = 4, from an empty n-gram "
+                   f"cache (solid) and from the stream's (dashed); 1 {card.upper()}")
+
+
+def drift_run(folder: Path, where: str) -> dict:
+    """A drift run's points: the streamed domain's curve, the drift set's, their controls, each point's figures from
+    the stream's n-gram cache, the old domains before and after."""
+    name = folder.name
+    points = json.loads((folder / f"run-{name}" / "trainer" / "registry" / "heldout.json").read_text())
+    log = (folder / f"run-{name}.log").read_text()
+    keep = ("prompts", "version", "acceptance", "tau", "accepted", "proposed", "with_cache")
+    controls = [p for p in points if p["kind"] == "control"]
+    out = {"run": name, "scenario": "drift-domain", "where": where, "label": RUNS[name][2],
+           "stream_prompts_seen": max((int(m) for m in re.findall(r"^prompt +(\d+) ", log, re.M)), default=0),
+           "finished": "wrote" in log and "adapt.json" in log,
+           "curve": [{k: p[k] for k in keep if k in p} for p in points if p["kind"] == "curve"],
+           "drift": [{k: p[k] for k in keep if k in p} for p in points if p["kind"] == "drift"],
+           "control": {"curve": controls[0], "drift": controls[1]} if len(controls) > 1 else {},
+           "old": {}, "updates": [
+               dict(zip(("update", "version", "loss_before", "loss_after", "steps", "train_s", "export_check_s"),
+                        (int(m[1]), m[2], float(m[3]), float(m[4]), int(m[5]), float(m[6]), float(m[7]))))
+               for m in UPDATE.finditer((folder / f"run-{name}" / "trainer.log").read_text())]}
+    seen = 0
+    for p in points:
+        if p["kind"] == "old":
+            when = "before" if p["prompts"] == 0 else "after"
+            out["old"].setdefault(Path(p["set"]).stem, {})[when] = round(100 * p["acceptance"], 1)
+            seen = max(seen, p["prompts"])
+    for key in ("curve", "drift"):
+        c = out["control"].get(key)
+        for p in out[key]:
+            if c:
+                p["acceptance_points"] = round(100 * (p["acceptance"] - c["acceptance"]), 2)
+                p["tau_gain_pct"] = round(100 * (p["tau"] / c["tau"] - 1), 2)
+    done = folder / f"run-{name}" / "adapt.json"
+    if done.is_file():
+        a = json.loads(done.read_text())
+        out["summary"], out["config"] = a.get("summary"), a.get("config")
+        out["publish"] = [{k: u.get(k) for k in ("update", "version", "train_s", "export_s", "swap_s", "publish_s")}
+                          for u in a.get("updates", [])]
+    return out
+
+
+def drift_plot(d: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    for key, color, label in (("curve", "tab:blue", "JavaScript (streamed 1-256)"),
+                              ("drift", "tab:orange", "French (streamed 257-512)")):
+        pts = d[key]
+        x = [p["prompts"] for p in pts]
+        for ax, fig_of, mark in ((ax1, lambda p: 100 * p["acceptance"], "o"), (ax2, lambda p: p["tau"], "s")):
+            ax.plot(x, [fig_of(p) for p in pts], mark + "-", color=color, label=label)
+            wc = [(p["prompts"], fig_of(p["with_cache"])) for p in pts if p.get("with_cache", {}).get("measured")]
+            if wc:
+                ax.plot(*zip(*wc), mark + "--", color=color, alpha=0.6, label=f"{label.split(' ')[0]}, stream's cache")
+            c = d["control"].get(key)
+            if c:
+                ax.axhline(fig_of(c), ls=":", color=color, alpha=0.7, label=f"{label.split(' ')[0]} control")
+    for ax, ylabel in ((ax1, "held-out acceptance (%)"), (ax2, "tokens per target pass (tau)")):
+        ax.axvline(256, color="grey", lw=0.8)
+        ax.set_xlabel("stream requests seen")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="best")
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
