@@ -23,6 +23,10 @@
 #          run(command="bash scripts/device/adapt_device.sh speed")  (optional, once the parts are in) the trainer's
 #                                                    update alone on the GPU, HEAD's against this tree's (.devadapt/speed:
 #                                                    records.jsonl and HEAD's backend/, put there by hand)
+#          (optional, in the `go` call, before `go`) setsid nohup bash scripts/device/adapt_device.sh guard FIRST SECOND N
+#                 EPOCH > /tmp/ad/guard.log 2>&1 < /dev/null &   stops run SECOND (its process group) as soon as run
+#                                                    FIRST's pace, from its 100th request on, projects its N requests
+#                                                    past EPOCH (date +%s): the first stream keeps its end
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
 #   here:  scripts/device/device_tree.sh restore     (right after the last part: before any commit)
@@ -71,6 +75,15 @@
 # flags) alone to 512 in 321 s.  The same 14 parts at PART=36M, the tree 25.1 MiB light; start carried .devadapt +
 # manifest + part013, part012 went with `go`.  A first start was lost: the machine goes back after 30 s idle, and
 # this session was away longer between `start` and the first part call.  26.2 minutes of device time in all.
+# 2026-12-05, results/issue43/device-xl (nvidia-h200): `go chat-xl-mb4 drift-mb4` with `guard` beside them (below).
+# Three starts found no machine first (271 s of device time: nvidia-h200, again, then nvidia-h100-x1, which then was
+# not tried for 10 minutes; the fourth, 10 minutes later, got an H200).  The same 14 parts at PART=36M, the tree 26.2
+# MiB light; start carried .devadapt + manifest + part013, 12 part calls (4 s each), part012 with `go` + `wait
+# $((540 - SECONDS))`, then `wait 555` and `wait 150`.  The CUDA build took 210 s.  The guard stopped drift-mb4 after
+# 96 requests (chat at 160, its projection then 327 s past the deadline: the first requests' pace, start-up and the
+# first updates included, overstates the rest); chat-xl-mb4 alone then ran 0.63 s a request and its 1,500 in 1,029 s.
+# 27.1 minutes of device time in all.  For a second stream beside a long first one, start `guard` with a deadline
+# from the budget at `go` (budget_left_s less ~60 s) and expect it to be strict early on.
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
@@ -178,9 +191,11 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     # n-gram cache (--eval-with-cache: the issue's recovery "with and without the n-gram cache"); INTERVAL=16
     repo-mb4) echo "$(run_flags repo) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
     language-mb4) echo "$(run_flags language) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
-    # chat past 1,000 requests (the twentieth session's line reached +25 % tau at ~1,500): 2,000 distinct prompts
+    # chat past 1,000 requests (the twentieth session's line reached +25 % tau at ~1,500): 2,000 distinct prompts.
+    # A checkpoint is measured only where an update falls (a multiple of --interval) or at the end: 1,000 and 1,250
+    # were skipped silently on 2026-12-05 (results/issue43/device-xl), hence 992 and 1,248
     chat-xl-mb4) echo "$(run_flags chat-long-mb4) --stream-set $s/chat-xl.json --interval 32 --n-train 1500
-      --checkpoints 64,128,256,512,768,1000,1250,1500" ;;
+      --checkpoints 64,128,256,512,768,992,1248,1500" ;;
     drift-mb4) echo "$(run_flags drift) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
@@ -231,6 +246,27 @@ speed() {  # there, once the parts are in: one update alone on the GPU, the last
   nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null || true
 }
 
+guard() {  # there: $1 = the run that must end, $2 = the run to stop for it, $3 = $1's requests, $4 = its deadline
+  local log="$W/run-$1.log" p n now n0="" t0="" seen="" proj g
+  while sleep 10; do
+    p=$(pgrep -f -- "--out $W/run-$2\$" | head -n 1 || true)
+    [ -n "$p" ] || { [ -n "$seen" ] && return 0; continue; }  # not started yet, or ended
+    seen=1
+    n=$(grep -oE '^prompt +[0-9]+ ' "$log" 2>/dev/null | tail -n 1 | tr -dc 0-9 || true)
+    [ -n "$n" ] || continue
+    now=$(date +%s)
+    [ -n "$n0" ] || { n0=$n t0=$now; continue; }
+    [ $((n - n0)) -ge 100 ] || continue
+    proj=$((now + ($3 - n) * (now - t0) / (n - n0)))
+    say "$1 at $n: projected end $((proj - $4)) s from the deadline"
+    if [ "$proj" -gt "$4" ]; then
+      g=$(ps -o pgid= -p "$p" | tr -d ' ')
+      kill -TERM -- "-$g" && say "$2 stopped (process group $g) so that $1 keeps its end"
+      return 0
+    fi
+  done
+}
+
 wait_runs() {  # there: until every run has ended or SECONDS passed; what each has so far into $OUT
   local end=$((SECONDS + ${1:-500})) alive
   while :; do
@@ -260,6 +296,7 @@ case "${1:-}" in
   start) start ;;
   go) shift; go "$@" ;;
   wait) wait_runs "${2:-500}" ;;
+  guard) guard "$2" "$3" "$4" "$5" ;;
   speed) speed ;;
   *) sed -n '2,/^set /p' "$0" | grep '^#' >&2; exit 2 ;;
 esac
