@@ -143,7 +143,7 @@ class Generator:
         t0 = time.perf_counter()
         stats.reused_tokens = t.prefill(ids, params.reuse_prefix)
         if self.drafter is not None:  # the prompt's unread part: what the drafter would catch up on
-            self.drafter.begin(prompt, self.policy.begin_request(len(ids) - stats.reused_tokens))
+            self.drafter.begin(prompt, self.policy.begin_request(len(ids) - stats.reused_tokens, max_new))
         stats.prefill_s = time.perf_counter() - t0
         sp = params.sampling()
         uniforms = np.random.default_rng(params.seed).random(max_new + self.max_verify_batch + 1)

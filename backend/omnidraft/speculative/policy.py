@@ -44,6 +44,7 @@ class DraftPolicy:
         # target tokens written since the drafter last drafted (it reads them before its next draft), and the
         # EMA seconds that reading takes per token once timed (else CATCHUP_PRIOR of a drafter pass)
         self.lag = 0
+        self.unread = 0  # of ``lag``, the prompt tokens the drafter left unread at the request's start
         self.t_catchup, self.n_catchup = 0.0, 0
         self.acc = [ACC_PRIOR] * n  # EMA P(candidate i accepted | i-1 accepted), optimistic start
         # the same over the long run, for the guard's tokens of a drafting step: a mean of the last ~LONG_RUN
@@ -59,7 +60,7 @@ class DraftPolicy:
         self.chosen: collections.deque[int] = collections.deque(maxlen=4096)  # recent draft lengths only
         self.guard = RateGuard()  # the cost rule's check of its model against the pace it achieves
 
-    def begin_request(self, unread: int = 0) -> bool:
+    def begin_request(self, unread: int = 0, expected: int = 0) -> bool:
         """A new request: how much of a draft the target keeps depends on what is being written (a prompt in
         Japanese after one in Spanish), so an estimate under the prior leans halfway back up to it (one over it
         stays: where drafting breaks even above the prior, leaning down undid what the probes had learnt).  Without
@@ -72,13 +73,29 @@ class DraftPolicy:
         length is predicted to pay, or the guard has drafting stopped.  There the prompt's ``unread`` tokens
         become the drafter's lag, priced like any catching up, and paid only by a probe: reading a 110-token
         prompt took the drafter 34 ms on the AVX2 path, 3-5 % of the target's own prefill and 1.4-2.5 % of a
-        64-token request that never drafts."""
+        64-token request that never drafts.  Nor where the reading costs more than drafting is predicted to save
+        over the ``expected`` tokens the request may write (0: not known, not weighed): see ``_read_pays``."""
         self.acc = [max(a, 0.5 * a + 0.5 * ACC_PRIOR) for a in self.acc]
         self.lag = 0
-        read = self.rule.reads_prompt(replace(self._outlook(self.cfg.k, note=True), allowed=not self.guard.losing()))
-        if not read:  # the drafter reads the ``unread`` prompt tokens only if a probe asks it to draft
+        o = replace(self._outlook(self.cfg.k, note=True), allowed=not self.guard.losing())
+        read = self.rule.reads_prompt(o) and self._read_pays(o, unread, expected)
+        if not read:  # the drafter reads the ``unread`` prompt tokens only if a step asks it to draft
             self.lag = unread
+        self.unread = self.lag
         return read
+
+    def _read_pays(self, o: Outlook, unread: int, expected: int) -> bool:
+        """Does drafting save, over the ``expected`` target tokens of the request, more than the drafter takes to read
+        the ``unread`` prompt tokens (priced as catching up)?  Weighed at the long-run acceptance, not the estimate
+        the request's start leaned towards the prior: that one is a reason to try drafting, not to pay for a read.
+        Unweighed, on a 2-core Zen 1 EPYC (T(2) 1.51 decodes, held-out JavaScript, 64 tokens a request) the
+        drafter's reading took 1.0 s of a 46.8 s run of 6 requests, and the default ran 0.96x the target alone."""
+        timed = [n for n in range(1, o.k + 1) if o.timed[n]]
+        if not expected or not timed or not self.t_verify[1]:
+            return True
+        per_token = min((self.t_verify[n + 1] + n * self.t_draft) / expected_tokens(self.acc_long, n) for n in timed)
+        saving = expected * (self.t_verify[1] - per_token)
+        return saving > self.catchup_cost(unread)
 
     # ------------------------------------------------------------- decisions
     def cap(self, limit: int) -> int:
@@ -106,14 +123,18 @@ class DraftPolicy:
         every ``probe_every`` steps; where they lose, the budget spaces them out (this replaced a back-off that
         doubled the gap from 16 to 1,024 steps whatever a probe cost, and started again at each request).
 
-        The drafter's catching up is charged when paid, not predicted: it grows with the gap, so pricing it
-        ahead would never let the budget catch up.  Where it is dear (the drafter reads a missed token for 1.5 %
-        of a decode), each probe's charge defers the next by more than the last gap: the probes back off."""
+        The drafter's catching up on what the target wrote is charged when paid, not predicted: it grows with the
+        gap, so pricing it ahead would never let the budget catch up.  Where it is dear (the drafter reads a
+        missed token for 1.5 % of a decode), each probe's charge defers the next by more than the last gap: the
+        probes back off.  A prompt left unread is another matter: its size is known at the start and does not
+        grow, and a probe that reads it pays for all of it (``_read_pays``: 1.0 s of a 46.8 s run on a Zen 1).
+        So a probe is priced with the prompt it would read; one dearer than the budget saves up (CREDIT_STEPS
+        one-token passes' worth) waits for a request whose start reads its prompt."""
         if self.steps - self._last_probe < self.cfg.probe_every:
             return False
         # at the long-run acceptance: a new request leans ``acc`` towards the prior, which prices a probe as free
         loss = self.t_verify[2] + self.t_draft - expected_tokens(self.acc_long, 1) * self.t_verify[1]
-        return self.credit >= loss
+        return self.credit >= loss + self.catchup_cost(self.unread)
 
     def _outlook(self, k: int, note: bool = False) -> Outlook:
         """What the cost rule weighs; the guard is asked (which counts its steps) only for a step's choice."""
@@ -156,7 +177,7 @@ class DraftPolicy:
         catchup = self.catchup_cost() if k > 0 else 0.0
         return expected_tokens(self.acc, k), self.t_verify[k + 1] + k * self.t_draft + catchup
 
-    def catchup_cost(self) -> float:
+    def catchup_cost(self, lag: int | None = None) -> float:
         """Seconds the drafter would spend reading what the target wrote while it sat idle, before drafting.
 
         A cost of drafting now: where drafting barely pays, the policy drafts one step in a few and each such
@@ -164,11 +185,12 @@ class DraftPolicy:
         spread (results/issue41/ab-catchup-avx2, -avx512); it is priced because it is paid.  Short lags are read
         inside the first drafting pass, which ``t_draft`` already prices.  ``lag`` counts target tokens and the
         drafter's threshold (CATCHUP_MIN) its own: about as many, and the price per token is learnt in the
-        policy's unit."""
-        if self.lag <= CATCHUP_MIN:
+        policy's unit.  ``lag``: another count than the tokens owed now (a prompt the drafter may read)."""
+        lag = self.lag if lag is None else lag
+        if lag <= CATCHUP_MIN:
             return 0.0
         per_token = self.t_catchup if self.n_catchup else CATCHUP_PRIOR * self.t_draft
-        return self.lag * per_token
+        return lag * per_token
 
     def ceiling(self, k_max: int) -> float:
         """Best speedup over the target alone at 100 % acceptance, from the measured timings."""
@@ -206,6 +228,7 @@ class DraftPolicy:
             self.t_catchup = _ema(self.t_catchup, step.catchup_s / self.lag, self.n_catchup)
             self.n_catchup += 1
         self.lag = 0 if step.drafted or step.catchup_s else self.lag + step.accepted + 1
+        self.unread = min(self.unread, self.lag)
         if step.drafted:
             self.t_draft = _ema(self.t_draft, step.draft_s / step.drafted, self.n_draft)
             self.n_draft += 1
