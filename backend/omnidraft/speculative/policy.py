@@ -145,7 +145,9 @@ class DraftPolicy:
         timed = tuple(n == 0 or self.n_verify[n + 1] > 0 for n in range(k + 1))
         o = Outlook(k, True, self._calibrated(), self.ceiling(k),
                     tuple(self.expected_speed(n) if t else 0.0 for n, t in enumerate(timed)), timed,
-                    self.probe_due(), margin=self.cfg.margin)
+                    self.probe_due(), margin=self.cfg.margin,
+                    long_speeds=tuple(self.expected_speed(n, self.acc_long) if t else 0.0
+                                      for n, t in enumerate(timed)))
         if not note:
             return o
         gains = tuple(speedup(*self._expected_tokens_cost(n), self.t_verify[1]) for n in range(k + 1))
@@ -167,15 +169,16 @@ class DraftPolicy:
         return StopRule(self.cfg, self.predictor.predict,
                         StepCosts(tuple(self.t_verify), tuple(n > 0 for n in self.n_verify), self.t_draft))
 
-    def expected_speed(self, k: int) -> float:
-        """Predicted target tokens per second at draft length k (0 = target alone)."""
-        tokens, cost = self._expected_tokens_cost(k)
+    def expected_speed(self, k: int, acc: list[float] | None = None) -> float:
+        """Predicted target tokens per second at draft length k (0 = target alone), at the recent acceptance
+        estimates or at ``acc``."""
+        tokens, cost = self._expected_tokens_cost(k, acc)
         return tokens / cost if cost > 0 else 0.0
 
-    def _expected_tokens_cost(self, k: int) -> tuple[float, float]:
+    def _expected_tokens_cost(self, k: int, acc: list[float] | None = None) -> tuple[float, float]:
         """(expected target tokens, seconds) of a step drafting k tokens, the drafter's catching up included."""
         catchup = self.catchup_cost() if k > 0 else 0.0
-        return expected_tokens(self.acc, k), self.t_verify[k + 1] + k * self.t_draft + catchup
+        return expected_tokens(self.acc if acc is None else acc, k), self.t_verify[k + 1] + k * self.t_draft + catchup
 
     def catchup_cost(self, lag: int | None = None) -> float:
         """Seconds the drafter would spend reading what the target wrote while it sat idle, before drafting.
