@@ -577,3 +577,17 @@ def test_a_request_where_drafting_does_not_pay_leaves_the_prompt_to_a_probe(defa
     first = final.steps[drafting[0]]
     assert first.catchup_s > 0 and read[0][1] >= len(prompt.target_ids) // 2  # the prompt, read as catching up
     assert final.token_ids == target_reference(s.target, prompt, params)
+
+
+def test_a_length_is_paid_for_only_where_the_long_run_acceptance_also_gains():
+    """Zen 1 costs (T(2) 1.51 decodes, one drafted token breaks even at 56 % kept): a lucky run that lifts the
+    recent estimate to 75 % does not make drafting pay while the long run says 50 %; with both at 75 % it does."""
+    t_pass = {1: 0.0788, 2: 0.1192, 3: 0.1586, 4: 0.2018, 5: 0.2406}
+    chosen = {}
+    for long_run in (0.5, 0.75):
+        pol = DraftPolicy(PolicyConfig(name="cost", k=4, probe_budget=0.0))
+        pol.seed_costs(t_pass, 0.00345)
+        pol.acc = [0.75] * len(pol.acc)
+        pol.acc_long = [long_run] * len(pol.acc_long)
+        chosen[long_run] = pol.choose_k(4)
+    assert chosen == {0.5: 0, 0.75: chosen[0.75]} and chosen[0.75] >= 1, chosen
