@@ -90,11 +90,10 @@ class DraftPolicy:
         the request's start leaned towards the prior: that one is a reason to try drafting, not to pay for a read.
         Unweighed, on a 2-core Zen 1 EPYC (T(2) 1.51 decodes, held-out JavaScript, 64 tokens a request) the
         drafter's reading took 1.0 s of a 46.8 s run of 6 requests, and the default ran 0.96x the target alone."""
-        timed = [n for n in range(1, o.k + 1) if o.timed[n]]
-        if not expected or not timed or not self.t_verify[1]:
+        best = max((o.long_speeds[n] for n in range(1, o.k + 1) if o.timed[n]), default=0.0)
+        if not expected or not best or not o.speeds[0]:
             return True
-        per_token = min((self.t_verify[n + 1] + n * self.t_draft) / expected_tokens(self.acc_long, n) for n in timed)
-        saving = expected * (self.t_verify[1] - per_token)
+        saving = expected * (1.0 / o.speeds[0] - 1.0 / best)
         return saving > self.catchup_cost(unread)
 
     # ------------------------------------------------------------- decisions
