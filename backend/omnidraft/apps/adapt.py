@@ -296,21 +296,27 @@ def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
             st = final.stats
             print(f"prompt {i:3d} [{s.drafter_version}] {st.completion_tokens} tokens, tau {st.tau:.2f}, "
                   f"acceptance {acceptance_text(st.accepted, st.proposed)} ({r.settings.policy} policy)", flush=True)
-            if i % cfg.interval and i != len(r.items.stream):
+            update = i % cfg.interval == 0 or i == len(r.items.stream)
+            switch = bool(cfg.drift_target) and i == cfg.drift_point() < len(r.items.stream)
+            if not (update or switch or cfg.evaluates_at(i)):
                 continue
+            # every record sent and the trainer idle: at an update boundary its update of these records is in use;
+            # at a checkpoint or a target switch between boundaries no update is pending (fewer than an interval
+            # of records), so the drafter in use is the last boundary's and what is learned does not depend on
+            # which checkpoints were asked for
             uploader.flush(60.0)
             status = trainer.wait_idle()
             t0 = time.perf_counter()
             if s.maybe_swap():
                 r.swaps[s.drafter_version] = round(time.perf_counter() - t0, 2)
-            elif status["last_error"]:
+            elif update and status["last_error"]:
                 print(f"update after {i} prompts not published: {status['last_error']}", flush=True)
             if cfg.evaluates_at(i):  # the drafter in use, swapped or not
                 r.curve.append(r.measure(r.items.heldout, "curve", new, i))
                 trainer.registry.annotate(s.drafter_version, {"heldout": r.curve[-1]})
                 if r.items.drift:
                     r.drift_curve.append(r.measure(r.items.drift, "drift", cfg.drift_set, i))
-            if cfg.drift_target and i == cfg.drift_point() < len(r.items.stream):
+            if switch:
                 s = _switch_target(r, cfg.drift_target)
                 r.curve.append(r.measure(r.items.heldout, "curve", new, i, f"after {i:3d} prompts, target switched "
                                          f"to {cfg.drift_target} [{s.drafter_version}]"))

@@ -63,7 +63,8 @@ class AdaptConfig:
                                                         "its settings, under any flag given explicitly"})
     checkpoints: str = field(default="", metadata={"help": "evaluate the held-out prompts after these numbers of "
                                                            "stream prompts (comma-separated, e.g. 64,128,256; '' = "
-                                                           "every --eval-every)"})
+                                                           "every --eval-every); one between two updates measures "
+                                                           "the drafter in use then, the last update's"})
     drift_set: str = field(default="", metadata={"help": "drift: after --drift-at stream prompts the stream switches "
                                                          "to this prompt set; its held-out prompts are measured "
                                                          "beside the first set's at every evaluation"})
