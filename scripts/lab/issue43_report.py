@@ -36,8 +36,9 @@ session's 512-request code-long curve (results/issue43/device-long, two runs sha
 A DIR that holds chat-xl-mb4/ or drift-mb4/ (results/issue43/device-xl, 2026-12-05: chat to 1,500 requests over
 chat-xl beside the drift run, four records a step, at once on one lent GPU; a third argument names the card, h100 by
 default) gives xl-NAME-CARD.json per run (chat: fits from 128 and from 512 on; drift: both sets' curves and controls,
-each point's figures from the stream's n-gram cache, the old domains), unseen-chat-xl-CARD.png (beside the twentieth
-session's chat-long-mb4) and drift-domain-mb4-CARD.png.
+each point's figures from the stream's n-gram cache, the old domains, goal 3's recovery figures with and without the
+cache), unseen-chat-xl-CARD.png (beside the twentieth session's chat-long-mb4) and drift-domain-mb4-CARD.png.
+results/issue43/device-drift (2026-12-05) holds drift-mb4 alone, to its 512 requests on a lent H100.
 
 A DIR that holds code-long-mb4/, chat-long-mb4/ or code-long-mb4-dm/ (results/issue43/device-mb4, twentieth session:
 four records a step at lr 2e-3) gives mb4-NAME-h200.json per run (with the fit from 128 on),
@@ -80,6 +81,7 @@ RUNS = {  # name -> (scenario, loss, label)
     "drift-mb4": ("drift-domain", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "JavaScript (streamed 1-256)"),
 }
 XL = ("chat-xl-mb4", "drift-mb4")
+WHEN = {"device-xl": "2026-12-05", "device-drift": "2026-12-05"}  # the xl mode's folders, when they ran
 REF_MB4_CHAT = Path("results/issue43/device-mb4/mb4-chat-long-mb4-h200.json")  # chat-long to 1,000, 4 a step
 MICRO = ("code-long-mb4", "chat-long-mb4", "code-long-mb4-dm")
 VARIANTS = ("code-lr3e5", "code-ep1", "code-recent256", "code-lora")
@@ -309,9 +311,11 @@ def _micro(src: Path, out: Path) -> None:
 def _xl(src: Path, out: Path, card: str) -> None:
     """chat-xl-mb4 (chat to 1,500 requests over chat-xl) beside the twentieth session's chat-long-mb4, and drift-mb4
     (JavaScript for 256 requests, then French; each point also from the stream's n-gram cache)."""
+    ran = [n for n in XL if (src / n).is_dir()]
     where = (f"lent GPU machine: 1 NVIDIA {card.upper()} + 16-core host; generation fully offloaded (CUDA build of "
-             "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; chat-xl-mb4 and "
-             "drift-mb4 at once on the one GPU (2026-12-05, results/issue43/device-xl)")
+             "llama-cpp-python 0.3.36), the trainer's steps on the GPU, export + check on the host CPU; "
+             + (" and ".join(ran) + " at once on the one GPU" if len(ran) > 1 else f"{ran[0]} alone on the GPU")
+             + f" ({WHEN.get(src.name, 'date in the folder README')}, {src})")
     pair = (f"\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; 1 {card.upper()}; held-out k = 4 "
             "(5-row passes)")
     if (src / "chat-xl-mb4").is_dir():
@@ -336,6 +340,8 @@ def _xl(src: Path, out: Path, card: str) -> None:
             print(f"drift-mb4 {key} ({d['control'][key]['set']}, control {100 * d['control'][key]['acceptance']:.1f} "
                   f"%): {line}")
         print(f"drift-mb4 old domains: {d['old']}; {d['stream_prompts_seen']} requests")
+        for which, r in d["recovery"].items():
+            print(f"drift-mb4 recovery ({which}): {r}")
         drift_plot(d, out / f"drift-domain-mb4-{card}.png",
                    "drift-domain, the shipped drafter, LoRA r16, 4 a step, lr 2e-3, an update every 16 requests: "
                    f"JavaScript for 256 requests, then French\nheld-out 32 prompts each, k = 4, from an empty n-gram "
@@ -372,6 +378,7 @@ def drift_run(folder: Path, where: str) -> dict:
             if c:
                 p["acceptance_points"] = round(100 * (p["acceptance"] - c["acceptance"]), 2)
                 p["tau_gain_pct"] = round(100 * (p["tau"] / c["tau"] - 1), 2)
+    out["recovery"] = {which: recovery(out, which) for which in ("plain", "with_cache")}
     done = folder / f"run-{name}" / "adapt.json"
     if done.is_file():
         a = json.loads(done.read_text())
@@ -379,6 +386,40 @@ def drift_run(folder: Path, where: str) -> dict:
         out["publish"] = [{k: u.get(k) for k in ("update", "version", "train_s", "export_s", "swap_s", "publish_s")}
                           for u in a.get("updates", [])]
     return out
+
+
+def recovery(d: dict, which: str = "plain", at: int = 256, margin: float = 2.0) -> dict:
+    """Goal 3's figures (acceptance points): the drift set's level before any stream (its 0 point) and at the switch
+    ``at``; the first point after the switch within ``margin`` of that level and how many of the later points are; the
+    first adaptation's length (requests until the streamed set's curve first came within ``margin`` of its level at
+    the switch); the slope of a line through each set's points from the switch on; the streamed set's change from
+    the switch to the end (an old domain by then).  ``which``: "plain" (an empty n-gram cache) or "with_cache"."""
+    def acc(p):
+        q = p if which == "plain" else p.get("with_cache")
+        return None if q is None else 100 * q["acceptance"]
+
+    def line(points):
+        xs, ys = zip(*points)
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        return round(100 * sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs), 2)
+
+    curve = [(p["prompts"], acc(p)) for p in d["curve"] if acc(p) is not None]
+    drift = [(p["prompts"], acc(p)) for p in d["drift"] if acc(p) is not None]
+    if not curve or not drift or drift[-1][0] <= at:
+        return {"measured": False}
+    pre, at_switch = drift[0][1], dict(drift).get(at)
+    after = [(n, a) for n, a in drift if n > at]
+    within = [n for n, a in after if a >= pre - margin]
+    level = dict(curve).get(at)
+    first = next((n for n, a in curve if level is not None and a >= level - margin), None)
+    return {"measured": True, "pre_drift": round(pre, 1), "at_switch": round(at_switch, 1) if at_switch else None,
+            "after_switch": {n: round(a, 1) for n, a in after},
+            "recovered_after": within[0] - at if within else None,
+            "points_within": f"{len(within)} of {len(after)}",
+            "first_adaptation": first, "streamed_at_switch": round(level, 1) if level is not None else None,
+            "streamed_change_to_end": round(curve[-1][1] - level, 1) if level is not None else None,
+            "slope_after_switch_points_per_100": {"drift": line([(n, a) for n, a in drift if n >= at]),
+                                                  "streamed": line([(n, a) for n, a in curve if n >= at])}}
 
 
 def drift_plot(d: dict, path: Path, title: str) -> None:
