@@ -84,6 +84,13 @@
 # first updates included, overstates the rest); chat-xl-mb4 alone then ran 0.63 s a request and its 1,500 in 1,029 s.
 # 27.1 minutes of device time in all.  For a second stream beside a long first one, start `guard` with a deadline
 # from the budget at `go` (budget_left_s less ~60 s) and expect it to be strict early on.
+# 2026-12-05, results/issue43/device-drift (nvidia-h100-x1, an H100 on the first call): `go drift-mb4` alone, to its 512
+# requests in 631 s after `go` (updates 2.1 s median).  The parts and .devadapt of the session before were current (the
+# drafter's sha256 as in the manifest, adapt_sets.py unchanged); the tree 27.0 MiB light, so 36 MiB parts just fit.
+# start carried .devadapt + manifest + part013, 12 part calls (about 5 s of held time each, back to back), part012
+# with `go` + `wait $((540 - SECONDS))` (the CUDA build 251 s on that host), then `wait 420` (ended after 271 s) and
+# give_back at once: 16.7 minutes of device time in all.  drift-target was not run: the 1.5B (1,006 MB) is not in the
+# parts (27 more calls at 36M), and beside drift-mb4 it would not have ended in the budget.
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
@@ -192,8 +199,9 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     repo-mb4) echo "$(run_flags repo) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
     language-mb4) echo "$(run_flags language) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
     # chat past 1,000 requests (the twentieth session's line reached +25 % tau at ~1,500): 2,000 distinct prompts.
-    # A checkpoint is measured only where an update falls (a multiple of --interval) or at the end: 1,000 and 1,250
-    # were skipped silently on 2026-12-05 (results/issue43/device-xl), hence 992 and 1,248
+    # Until a later fix on 2026-12-05 a checkpoint was measured only where an update falls (a multiple of --interval)
+    # or at the end: 1,000 and 1,250 were skipped silently (results/issue43/device-xl), hence 992 and 1,248 (now a
+    # checkpoint between updates measures the last update's drafter)
     chat-xl-mb4) echo "$(run_flags chat-long-mb4) --stream-set $s/chat-xl.json --interval 32 --n-train 1500
       --checkpoints 64,128,256,512,768,992,1248,1500" ;;
     drift-mb4) echo "$(run_flags drift) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
