@@ -20,8 +20,8 @@ demo: models
 	$(BIN)/omnidraft models pull $(TARGET) $(DRAFT)
 	@echo "== $(TARGET) alone =="
 	$(BIN)/omnidraft generate --chat --max-tokens 160 --target $(TARGET) --draft $(DRAFT) --method target "$(PROMPT)"
-	@echo "== the default: prompt lookup first, the 8-layer distilled SmolLM2 otherwise, cost-aware policy: the same text, faster =="
-	@echo "   (it drafts only where this machine's measured cost model says speculation pays)"
+	@echo "== the default: prompt lookup first, the 8-layer distilled SmolLM2 otherwise, cost-aware policy: the same text =="
+	@echo "   (faster where this machine's measured cost model says drafting pays; where it does not, it runs the target alone)"
 	$(BIN)/omnidraft generate --chat --max-tokens 160 --target $(TARGET) --draft $(DRAFT) "$(PROMPT)"
 
 ## test: set up (incl. chromium + Android build tools for the app tests), fetch models, run the whole suite

@@ -1,0 +1,68 @@
+"""The cost policy's drafting steps on one held-out set, as `bench run` runs its default configuration (a fresh
+policy, seeded with the run's timing rounds; 6 prompts x 64 tokens): per prompt, the steps that drafted, what
+they kept and the policy's timings; per step that drafted, its acceptance estimates and probe budget; and the
+target passes' measured times by size against the cost model's (issue 41: a run whose two-token passes cost
+2.0 decodes where the model said 1.47).
+
+    .venv/bin/python scripts/lab/policy_trace.py --target qwen2.5-coder-0.5b --set humaneval [--steps]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
+from omnidraft.assets import snapshot  # noqa: E402
+from omnidraft.bench import runner  # noqa: E402
+from omnidraft.runtime.session import Session  # noqa: E402
+from omnidraft.runtime.settings import Settings  # noqa: E402
+from omnidraft.speculative.generator import GenerationParams  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--draft", default="smollm2-135m-d8-qwen:q4_0_pure+fr")
+    ap.add_argument("--set", default="humaneval", help="held-out prompt set")
+    ap.add_argument("--steps", action="store_true", help="print every drafting step's policy state")
+    args = ap.parse_args()
+    session = Session(Settings(target=args.target, draft=args.draft, method="omnidraft"))
+    ctx = runner.BenchContext(session)
+    ctx.start_costs()
+    cfg = runner.Config("hybrid", 4, "cost")
+    gen, log = ctx.generator(cfg), []
+    pol, choose = gen.policy, gen.policy.choose_k
+
+    def traced(limit: int) -> int:  # the policy's state at each step that drafts
+        k = choose(limit)
+        if k:
+            log.append(dict(step=pol.steps, k=k, probe=pol._probing, acc=[round(a, 2) for a in pol.acc[:3]],
+                            acc_long=[round(a, 2) for a in pol.acc_long[:2]], credit_ms=round(pol.credit * 1e3, 1),
+                            lag=pol.lag))
+        return k
+    pol.choose_k = traced
+    by_rows: dict[int, list[float]] = collections.defaultdict(list)
+    for item in snapshot.load_set(args.set).split("heldout")[:6]:
+        prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
+            else gen.prompt_from_text(item.prompt)
+        n0, final = len(log), gen.generate(prompt, GenerationParams(max_tokens=64))
+        drafted = [s.accepted for s in final.steps if s.proposed]
+        for s in final.steps:
+            by_rows[s.proposed + 1].append(s.target_s)
+        print(f"prompt of {len(prompt.target_ids)} tokens: {len(drafted)} drafting steps kept {sum(drafted)}, "
+              f"{sum(r['probe'] for r in log[n0:])} probes; T(1..3) "
+              f"{[round(x * 1e3, 1) for x in pol.t_verify[1:4]]} ms, drafter {pol.t_draft * 1e3:.2f} ms a token")
+    if args.steps:
+        for r in log:
+            print(r)
+    model = ctx.cost_for(cfg)
+    for n, v in sorted(by_rows.items()):
+        print(f"{n}-token passes: {len(v)}, median {statistics.median(v) * 1e3:.1f} ms "
+              f"(cost model {model.t_verify[n] * 1e3:.1f})")
+
+
+if __name__ == "__main__":
+    main()
