@@ -591,3 +591,25 @@ def test_a_length_is_paid_for_only_where_the_long_run_acceptance_also_gains():
         pol.acc_long = [long_run] * len(pol.acc_long)
         chosen[long_run] = pol.choose_k(4)
     assert chosen == {0.5: 0, 0.75: chosen[0.75]} and chosen[0.75] >= 1, chosen
+
+
+
+def test_a_slow_spell_does_not_leave_the_target_alone_looking_slow():
+    """A slow spell of the VM lifted the live T(1) to 150 ms on a 2-core Zen 1 EPYC, the 0.5B's two-token passes,
+    timed live, then ran at 83 ms again: drafting looked cheap against the stale T(1), the policy drafted every step
+    and, drafting, never timed a one-token pass again (0.77x the target alone on held-out HumanEval).  A freshly
+    timed two-token pass holds T(1) to start-up's ratio once T(1) has gone 16 steps unmeasured, and the policy stops
+    drafting where it loses (40 % kept)."""
+    t_pass = {1: 0.050, 2: 0.0735, 3: 0.096, 4: 0.120, 5: 0.142}
+    pol = DraftPolicy(PolicyConfig(name="cost", k=4, probe_budget=0.0))
+    pol.seed_costs(t_pass, 0.0035)
+    for _ in range(3):  # drafting at first: T(2) timed live
+        pol.observe(StepOutcome(1, 0, drafted=1, verify_s=t_pass[2], draft_s=0.0035))
+    for _ in range(12):  # the slow spell, not drafting
+        pol.observe(StepOutcome(0, 0, verify_s=3 * t_pass[1]))
+    assert pol.t_verify[1] > 2 * t_pass[1]
+    for _ in range(16):  # drafting again, every step: two-token passes timed, no one-token pass
+        pol.observe(StepOutcome(1, 0, drafted=1, verify_s=t_pass[2], draft_s=0.0035))
+    pol.acc = pol.acc_long = [0.4] * len(pol.acc)
+    assert pol.t_verify[1] <= t_pass[2] / (t_pass[2] / t_pass[1]) * 1.001
+    assert pol.choose_k(4) == 0

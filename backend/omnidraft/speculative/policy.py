@@ -19,6 +19,7 @@ from .step import CATCHUP_MIN, StepOutcome  # StepOutcome re-exported: what the 
 CATCHUP_PRIOR = 0.25  # a caught-up token's seconds as a share of a one-token drafter pass, until one is timed
 LONG_RUN = 200  # candidates per position the long-run acceptance averages over (stretches of text: ~12 steps)
 PRIOR_RUN = 20  # the prior's weight in it, in candidates: a first trial of six steps does not decide it alone
+STALE_T1 = 16  # steps without a one-token pass after which larger passes hold T(1) down (_hold_t1)
 CREDIT_STEPS = 256  # the probes' budget saves up at most this many one-token passes' worth of its share
 
 
@@ -39,6 +40,9 @@ class DraftPolicy:
         # T(n) / T(1) from a seeded cost model, for sizes this session has not timed itself: a pass's
         # cost grows with the context, so these follow the live T(1) instead of staying at start-up values
         self._seeded_ratio: dict[int, float] = {}
+        # the same ratios, kept: the floor of T(n) / T(1) that a live T(1) is held to (``_hold_t1``)
+        self._startup_ratio: dict[int, float] = {}
+        self._since_t1 = 0  # steps observed since the last one-token pass
         self.t_draft = 0.0  # EMA seconds per drafter token
         self.n_draft = 0
         # target tokens written since the drafter last drafted (it reads them before its next draft), and the
@@ -223,8 +227,12 @@ class DraftPolicy:
             self.n_verify[n] += 1
             self._seeded_ratio.pop(n, None)
             if n == 1:
+                self._since_t1 = 0
                 for m, r in self._seeded_ratio.items():
                     self.t_verify[m] = r * self.t_verify[1]
+            else:
+                self._since_t1 += 1
+                self._hold_t1(n)
         self._charge(step)
         if step.catchup_s > 0 and self.lag > 0:
             self.t_catchup = _ema(self.t_catchup, step.catchup_s / self.lag, self.n_catchup)
@@ -246,6 +254,23 @@ class DraftPolicy:
                 break
         self.chosen.append(step.proposed)
         self._proposed = step.proposed
+
+    def _hold_t1(self, n: int) -> None:
+        """Hold the one-token pass time to what a freshly timed n-token pass implies at start-up's T(n) / T(1).
+
+        T(1) is learnt only from steps that do not draft.  A slow spell of the machine (seen on a 2-core Zen 1 VM:
+        one-token passes at 150 ms for a few steps, 50 ms otherwise) lifts it; where drafting then looks cheap
+        against it, the policy drafts every step and never times a one-token pass again: the estimate stays
+        stale and the target alone looks slow for good (HumanEval with the 0.5B ran 0.77x the target alone,
+        drafting on 195 of 277 steps at 55 % kept).  Passes of more tokens, timed as the policy drafts, say what
+        T(1) can be.  Held only downwards, so the error it can make is to find drafting dearer than it is by
+        as much as the loop's T(n) / T(1) is below start-up's (measured at or above it on the CPUs here), and
+        only once T(1) has gone ``STALE_T1`` steps unmeasured: where one-token passes come often they speak for
+        themselves (on a GPU the first one after a batched pass costs twice the others, and holding T(1) at every
+        drafting step made the policy flip between drafting and not, paying that first pass each time)."""
+        r = self._startup_ratio.get(n)
+        if r and self.n_verify[n] > 1 and self._since_t1 >= STALE_T1:
+            self.t_verify[1] = min(self.t_verify[1], self.t_verify[n] / r)
 
     def _charge(self, step: StepOutcome) -> None:
         """Settle the probes' budget for one step (before the step's times update the estimates)."""
@@ -282,7 +307,7 @@ class DraftPolicy:
             if n < len(self.t_verify):
                 self.t_verify[n], self.n_verify[n] = t, max(self.n_verify[n], 1)
                 if n > 1 and t_verify.get(1):
-                    self._seeded_ratio[n] = t / t_verify[1]
+                    self._seeded_ratio[n] = self._startup_ratio[n] = t / t_verify[1]
         self.t_draft, self.n_draft = t_draft, max(self.n_draft, 1)
 
 
