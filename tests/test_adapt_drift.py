@@ -27,12 +27,13 @@ def fake_set(name, seed=0):
     return PromptSet(name, 1, "test", "none", items + [Item(f"{name}h", TEXTS[name][2], False, "heldout")])
 
 
-def _drift_run(tmp_path_factory, monkeypatch, target, name: str, **drift) -> tuple[AdaptConfig, Settings, dict, str]:
-    """A 4-prompt stream drifting after 2 (``drift``: the AdaptConfig fields), tiny models, one update each half."""
+def _drift_run(tmp_path_factory, monkeypatch, target, name: str, **fields) -> tuple[AdaptConfig, Settings, dict, str]:
+    """A 4-prompt stream drifting after 2, tiny models, one update each half (``fields``: AdaptConfig fields, the
+    drift's and any of these defaults)."""
     root = tmp_path_factory.mktemp(name)
-    cfg = AdaptConfig(stream_set="a", drift_at=2, n_train=4, n_heldout=1, old_sets="", interval=2, checkpoints="2",
-                      max_tokens=6, eval_max_tokens=12, eval_k=2, lr=1e-3, lora_rank=4, qtype="q8_0",
-                      out=str(root / "out"), **drift)
+    defaults = dict(stream_set="a", drift_at=2, n_train=4, n_heldout=1, old_sets="", interval=2, checkpoints="2",
+                    max_tokens=6, eval_max_tokens=12, eval_k=2, lr=1e-3, lora_rank=4, qtype="q8_0")
+    cfg = AdaptConfig(**{**defaults, **fields}, out=str(root / "out"))
     settings = Settings(target=str(target), draft=str(tiny_gguf(tmp_path_factory, "llama")), method="omnidraft",
                         policy="fixed", k=2, threads=2, n_ctx=512, draft_n_ctx=512, state_dir=str(root / "state"))
     monkeypatch.setattr("omnidraft.apps.adapt_items.load_set", fake_set)
@@ -90,3 +91,19 @@ def test_with_the_stream_cache_each_point_is_measured_twice(tmp_path_factory, mo
     entries = [p["with_cache"]["cache_entries"] for p in result["curve"]]
     assert entries == sorted(entries)
     assert printed.count("with the stream's n-gram cache") == len(points)
+
+
+def test_checkpoints_between_updates_are_measured_and_a_target_drift_happens_there(tmp_path_factory, monkeypatch):
+    """Until 2026-12-05 the loop stopped only at update boundaries, so a checkpoint or a target switch off the
+    --interval grid was skipped without a word (issue 43: a run asking for 1,000 and 1,250 at --interval 32 got
+    neither).  Updates every 2 requests of 4; checkpoints 1 and 3 and the target switch at 3 all fall between
+    updates.  Each checkpoint measures the drafter in use then (the last update's), and asking for them forces no
+    update."""
+    first, second = tiny_gguf(tmp_path_factory, "qwen2"), tiny_gguf(tmp_path_factory, "qwen2", seed=1)
+    _, _, result, printed = _drift_run(tmp_path_factory, monkeypatch, first, "checkpoints", checkpoints="1,3",
+                                       drift_target=str(second), drift_at=3)
+    points = [(p["prompts"], p["target"], p["version"]) for p in result["curve"]]
+    assert points == [(0, str(first), "base"), (1, str(first), "base"), (3, str(first), "v0001"),
+                      (3, str(second), "v0001"), (4, str(second), "v0002")]
+    assert len(result["updates"]) == 2  # one per interval, as without the checkpoints
+    assert f"target switched: {first} -> {second} (drafter v0001)" in printed

@@ -269,7 +269,7 @@ class DraftPolicy:
         themselves (on a GPU the first one after a batched pass costs twice the others, and holding T(1) at every
         drafting step made the policy flip between drafting and not, paying that first pass each time)."""
         r = self._startup_ratio.get(n)
-        if r and self.n_verify[n] > 1 and self._since_t1 >= STALE_T1:
+        if r and self._since_t1 >= STALE_T1:  # r: n was seeded, and it has just been timed live too
             self.t_verify[1] = min(self.t_verify[1], self.t_verify[n] / r)
 
     def _charge(self, step: StepOutcome) -> None:
