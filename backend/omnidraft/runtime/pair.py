@@ -14,7 +14,7 @@ from omnidraft.speculative.methods import PairContext
 from omnidraft.vocab.bridge import build_bridge
 from omnidraft.vocab.ngram_cache import NGramCache
 
-from . import heads
+from . import formats, heads
 from .settings import Settings
 from .state import StateDir
 
@@ -34,7 +34,7 @@ class LoadedPair:
 
     def __init__(self, settings: Settings, state: StateDir):
         self.settings, self.state = settings, state
-        self.target, self.plan = invariance.load_target(models.resolve(settings.target), settings.n_ctx,
+        self.target, self.plan = invariance.load_target(formats.target_file(settings.target, settings.wide), settings.n_ctx,
                                                         settings.threads, settings.kernels,
                                                         state.root / "invariance.json", settings.gpu_layers)
         self.max_verify_batch = self.plan.max_batch

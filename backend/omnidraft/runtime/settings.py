@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from omnidraft.assets import models
 from omnidraft.errors import BadRequest
 from omnidraft.llama.engine import AUTO, KERNEL_CHOICES
+from omnidraft.runtime.formats import WIDE_CHOICES
 from omnidraft.speculative.methods import METHODS
 from omnidraft.speculative.policy import PolicyConfig
 
@@ -16,6 +17,9 @@ class Settings:
     """One typed settings object per process; the CLI flags are generated from it."""
 
     target: str = field(default=models.DEFAULT_TARGET, metadata={"help": "target model: short name or .gguf path"})
+    wide: str = field(default="auto", metadata={
+        "help": "auto|on|off: run a registry target from its exact ':wide' copy (Q5_0 blocks as Q8_0, no weight "
+                "changed); auto: for the mostly-Q5_0 0.5B on x86 CPUs without VNNI, where it decodes faster"})
     draft: str = field(default=models.SERVED_DRAFT, metadata={"help": "draft model: short name, NAME:FORMAT or .gguf path"})
     # hybrid (prompt lookup first, the omnidraft drafter otherwise) beat omnidraft alone on all 8 sets x targets
     # measured (BENCHMARKS.md, "Default method"): free drafts cost no drafter pass
@@ -41,6 +45,8 @@ class Settings:
         """Refuse, before anything loads, a method or kernel mode that does not exist."""
         if self.method not in METHODS:
             raise BadRequest(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
+        if self.wide not in WIDE_CHOICES:
+            raise BadRequest(f"wide must be one of {', '.join(WIDE_CHOICES)}, not {self.wide!r}")
         if self.kernels not in KERNEL_CHOICES:
             raise BadRequest(f"kernels must be auto, exact or fast, not {self.kernels!r}")
 

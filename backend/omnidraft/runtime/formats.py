@@ -1,0 +1,52 @@
+"""Which file a target runs from: the pinned one, or its exact ``:wide`` copy where that decodes faster.
+
+Qwen2.5-Coder-0.5B's Q4_K_M file is 55 % Q5_0 by bytes (its 896-wide rows hold no 256-value K-quant blocks).
+On x86 CPUs with AVX2 and no VNNI, unpacking Q5_0's fifth bit bounds its decode; the same weights as Q8_0 blocks
+(``NAME:wide``, gguf_tools.widen: no value changes) decode in 0.83x the time on a 2-core Zen 1 (T(1) 39.8
+against 48.1 ms, BENCHMARKS.md).  With VNNI or on ARM it is unmeasured, so the pinned file stays.  A registry
+name means "these weights, in the encoding this CPU runs fastest"; a path always means that file.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Iterable
+
+from omnidraft.assets import models
+from omnidraft.errors import BadRequest
+from omnidraft.llama import cpuid
+
+log = logging.getLogger(__name__)
+
+WIDE_CHOICES = ("auto", "on", "off")
+# Registry targets whose pinned file is mostly Q5_0 (measured: the 0.5B; Gemma-3-270M's is 18 %, not worth 1.3x
+# the file).
+MOSTLY_Q5_0 = (models.QWEN_05B,)
+
+
+def wide_pays(flags: Iterable[str]) -> bool:
+    """Whether a CPU with these /proc/cpuinfo flags decodes Q8_0 faster than Q5_0: x86 AVX2 without VNNI."""
+    flags = set(flags)
+    return "avx2" in flags and not flags & {"avx_vnni", "avx512_vnni"}
+
+
+def target_file(name_or_path: str, wide: str = "auto", flags: Iterable[str] | None = None) -> Path:
+    """The file ``name_or_path`` runs from.  ``wide``: ``auto`` takes the ``:wide`` copy of a mostly-Q5_0
+    registry target where :func:`wide_pays` on this CPU; ``on`` takes it for any registry name; ``off`` never."""
+    if wide not in WIDE_CHOICES:
+        raise BadRequest(f"wide must be one of {', '.join(WIDE_CHOICES)}, not {wide!r}")
+    name = str(name_or_path).lower()
+    registry = name in models.REGISTRY and not Path(name_or_path).expanduser().is_file()
+    if wide == "on" and not registry:
+        raise BadRequest(f"--wide on takes a registry model name, not {name_or_path!s}; for a file of your own, "
+                         f"`omnidraft-gguf widen IN OUT` makes the copy")
+    if wide == "off" or not registry:
+        return models.resolve(name_or_path)
+    if wide == "auto":
+        flags = cpuid.cpu_identity()["flags"] if flags is None else flags
+        if name not in MOSTLY_Q5_0 or not wide_pays(flags):
+            return models.resolve(name_or_path)
+    log.info("%s: running its exact wide copy (%s:wide: Q5_0 blocks as Q8_0, every weight unchanged), which this "
+             "CPU decodes faster; --wide off runs the pinned file", name, name)
+    return models.resolve(f"{name}:{models.WIDE}")
