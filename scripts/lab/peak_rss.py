@@ -55,12 +55,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     from omnidraft.assets import models
+    from omnidraft.runtime import formats
     from omnidraft.runtime.settings import Settings
 
     text, rows = prompt(), []
     omni = [sys.executable, "-c", "from omnidraft.apps.cli import main; main()"]
     for target in args.targets.split(","):
-        path = str(models.resolve(target))
+        path = str(formats.target_file(target))  # what generate loads (a registry name: maybe its wide copy)
         draft = str(models.resolve(Settings().draft))
         files_mb = (os.path.getsize(path) + os.path.getsize(draft)) / 2**20
         ctx = ["--n-ctx", str(args.n_ctx), "--draft-n-ctx", str(args.n_ctx)]
@@ -75,9 +76,10 @@ def main() -> None:
             code = ("import sys; from llama_cpp import Llama; m = Llama(model_path=sys.argv[1], n_ctx=int(sys.argv[2]),"
                     " n_threads=os.cpu_count(), verbose=False); m.create_completion(sys.argv[3], max_tokens=32)")
             env = dict(os.environ, PYTHONPATH=args.upstream)
-            mb, _ = child_peak_mb([sys.executable, "-c", "import os; " + code, path, str(args.n_ctx), text], env)
+            plain = str(models.resolve(target))  # the file the user has
+            mb, _ = child_peak_mb([sys.executable, "-c", "import os; " + code, plain, str(args.n_ctx), text], env)
             rows.append({"who": "plain llama-cpp-python (target alone)", "target": target,
-                         "file": Path(path).name, "files_mb": round(os.path.getsize(path) / 2**20),
+                         "file": Path(plain).name, "files_mb": round(os.path.getsize(plain) / 2**20),
                          "peak_rss_mb": round(mb)})
     for r in rows:
         print(json.dumps(r))
