@@ -31,11 +31,16 @@ def wide_pays(flags: Iterable[str]) -> bool:
     return "avx2" in flags and not flags & {"avx_vnni", "avx512_vnni"}
 
 
+def check_wide(wide: str) -> None:
+    """Refuse a ``--wide`` choice that does not exist (Settings.check, before anything loads)."""
+    if wide not in WIDE_CHOICES:
+        raise BadRequest(f"wide must be one of {', '.join(WIDE_CHOICES)}, not {wide!r}")
+
+
 def target_file(name_or_path: str, wide: str = "auto", flags: Iterable[str] | None = None) -> Path:
     """The file ``name_or_path`` runs from.  ``wide``: ``auto`` takes the ``:wide`` copy of a mostly-Q5_0
     registry target where :func:`wide_pays` on this CPU; ``on`` takes it for any registry name; ``off`` never."""
-    if wide not in WIDE_CHOICES:
-        raise BadRequest(f"wide must be one of {', '.join(WIDE_CHOICES)}, not {wide!r}")
+    check_wide(wide)
     name = str(name_or_path).lower()
     registry = name in models.REGISTRY and not Path(name_or_path).expanduser().is_file()
     if wide == "on" and not registry:

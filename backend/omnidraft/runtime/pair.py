@@ -34,7 +34,8 @@ class LoadedPair:
 
     def __init__(self, settings: Settings, state: StateDir):
         self.settings, self.state = settings, state
-        self.target, self.plan = invariance.load_target(formats.target_file(settings.target, settings.wide), settings.n_ctx,
+        target = formats.target_file(settings.target, settings.wide)  # a registry name: maybe its exact wide copy
+        self.target, self.plan = invariance.load_target(target, settings.n_ctx,
                                                         settings.threads, settings.kernels,
                                                         state.root / "invariance.json", settings.gpu_layers)
         self.max_verify_batch = self.plan.max_batch

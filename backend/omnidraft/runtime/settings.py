@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from omnidraft.assets import models
 from omnidraft.errors import BadRequest
 from omnidraft.llama.engine import AUTO, KERNEL_CHOICES
-from omnidraft.runtime.formats import WIDE_CHOICES
+from omnidraft.runtime.formats import check_wide
 from omnidraft.speculative.methods import METHODS
 from omnidraft.speculative.policy import PolicyConfig
 
@@ -45,8 +45,7 @@ class Settings:
         """Refuse, before anything loads, a method or kernel mode that does not exist."""
         if self.method not in METHODS:
             raise BadRequest(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
-        if self.wide not in WIDE_CHOICES:
-            raise BadRequest(f"wide must be one of {', '.join(WIDE_CHOICES)}, not {self.wide!r}")
+        check_wide(self.wide)
         if self.kernels not in KERNEL_CHOICES:
             raise BadRequest(f"kernels must be auto, exact or fast, not {self.kernels!r}")
 
