@@ -61,7 +61,7 @@ def test_a_target_drift_goes_on_with_the_adapted_drafter_on_the_other_target(tmp
     held-out prompts are measured right before and right after the switch, and every point names its target."""
     first, second = tiny_gguf(tmp_path_factory, "qwen2"), tiny_gguf(tmp_path_factory, "qwen2", seed=1)
     cfg, settings, result, printed = _drift_run(tmp_path_factory, monkeypatch, first, "drift-target",
-                                                drift_target=str(second))
+                                                drift_target=str(second), old_sets="b", replay_ratio=0)
     points = [(p["prompts"], p["target"], p["version"]) for p in result["curve"]]
     assert points == [(0, str(first), "base"), (2, str(first), "v0001"), (2, str(second), "v0001"),
                       (4, str(second), "v0002")]  # the adapted version crosses the switch; training goes on
@@ -70,6 +70,11 @@ def test_a_target_drift_goes_on_with_the_adapted_drafter_on_the_other_target(tmp
     assert (result["control"]["target"], result["drift"]["control"]["target"]) == (str(first), str(second))
     assert result["drift"]["control"]["prompts"] == 2
     assert f"target switched: {first} -> {second} (drafter v0001)" in printed
+    # an old domain's "after" runs on the new target, so its "before" is the control's there (on the device a
+    # switch moved the old domains 4-7 points with no training at all); the first target's is kept beside it
+    b = result["old"]["b"]
+    assert (b["before"]["target"], b["before"]["kind"], b["before"]["prompts"]) == (str(second), "control", 2)
+    assert (b["before_first_target"]["target"], b["after"]["target"]) == (str(first), str(second))
     # a drift target of another vocabulary is refused before anything streams
     cfg.drift_target, cfg.out = str(tiny_gguf(tmp_path_factory, "llama")), cfg.out + "-refused"
     with pytest.raises(BadRequest, match="vocabulary"):

@@ -19,7 +19,8 @@
 #                                                    code-long-mb4 | chat-long-mb4 | code-long-mb4-dm;
 #                                                    parts 2 and 3: repo | language | drift, and with
 #                                                    LoRA, 4 a step, the cache: repo-mb4 | language-mb4 |
-#                                                    drift-mb4; chat to 1,500: chat-xl-mb4)
+#                                                    drift-mb4; chat to 1,500: chat-xl-mb4; the target
+#                                                    switch, packed with PACK=drift-target: drift-target-mb4)
 #          run(command="bash scripts/device/adapt_device.sh speed")  (optional, once the parts are in) the trainer's
 #                                                    update alone on the GPU, HEAD's against this tree's (.devadapt/speed:
 #                                                    records.jsonl and HEAD's backend/, put there by hand)
@@ -91,6 +92,12 @@
 # with `go` + `wait $((540 - SECONDS))` (the CUDA build 251 s on that host), then `wait 420` (ended after 271 s) and
 # give_back at once: 16.7 minutes of device time in all.  drift-target was not run: the 1.5B (1,006 MB) is not in the
 # parts (27 more calls at 36M), and beside drift-mb4 it would not have ended in the budget.
+# 2026-12-05, results/issue43/device-drift-target (nvidia-h100-x1): PACK=drift-target PART=32M (the tree 28.1 MiB
+# light): the two targets and the shipped drafter in 43 parts.  start carried .devadapt + manifest + part042, 41 part
+# calls (about 4 s each), part041 with `go drift-target-mb4` + `wait` (ended in 307 s), then the reverse switch in one
+# more call (`go` with EXTRA giving --target/--drift-target the other way round: later flags win; the first run's
+# folder and log moved aside first) + `wait` (328 s), give_back: 14.7 minutes of device time in all.  The machine
+# goes back after 30 s idle: chain the calls.
 #
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
@@ -101,6 +108,7 @@ VERSION=0.3.36
 W=${ADAPT_WORK:-/tmp/ad}
 OUT="${OUT:-/tmp/device-out}"
 TARGET_FILE=qwen2.5-coder-0.5b-instruct-q4_0_pure.gguf DRAFT_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+TARGET2_FILE=qwen2.5-coder-1.5b-instruct-q4_0_pure.gguf  # drift-target-mb4's second target (packed with PACK=drift-target)
 SHIPPED=smollm2-135m-d8-qwen.gguf  # the bundled drafter: parts 2 and 3 start from it (it travels in the parts,
                                    # since device_tree.sh light keeps it out of the tree)
 SETS="stdlib-code stdlib-code-long humaneval chat-long chat-xl chat javascript npm-cli-long nl-fr-long"
@@ -132,8 +140,11 @@ prepare() {  # here
     itsdangerous==2.2.0 click==8.5.1 blinker==1.9.0 jinja2==3.1.6 markupsafe==3.0.4
   "$py" scripts/device/adapt_sets.py "$carry/sets" $SETS
   cache=$(PYTHONPATH=backend "$py" -c 'from omnidraft.assets import models; print(models.cache_dir())')
-  bash scripts/device/device_xfer.sh pack adapt "$cache/models/derived/$TARGET_FILE" "$cache/models/$DRAFT_FILE" \
-    "models/$SHIPPED"
+  # PACK=drift-target: the two targets and the shipped drafter (the runs from SmolLM2-135M cannot run then)
+  local files=("$cache/models/derived/$TARGET_FILE" "$cache/models/$DRAFT_FILE" "models/$SHIPPED")
+  [ "${PACK:-}" = drift-target ] &&
+    files=("$cache/models/derived/$TARGET_FILE" "models/$SHIPPED" "$cache/models/derived/$TARGET2_FILE")
+  bash scripts/device/device_xfer.sh pack adapt "${files[@]}"
   du -sh "$carry" .devxfer/adapt
 }
 
@@ -205,6 +216,10 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     chat-xl-mb4) echo "$(run_flags chat-long-mb4) --stream-set $s/chat-xl.json --interval 32 --n-train 1500
       --checkpoints 64,128,256,512,768,992,1248,1500" ;;
     drift-mb4) echo "$(run_flags drift) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
+    # the target switch (0.5B -> 1.5B half-way) with the same update; without --eval-with-cache, which drift-mb4
+    # showed to repeat every point to the token (the translator's candidates never depend on the cache's merges)
+    drift-target-mb4) echo "--scenario drift-target --stream-set $s/javascript.json --drift-target $m/$TARGET2_FILE
+      $shipped --interval 16 --micro-batch 4 --lr 2e-3" ;;
     *) echo "unknown run $1" >&2; return 2 ;;
   esac
 }

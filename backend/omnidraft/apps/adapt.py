@@ -47,12 +47,11 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omnidraft.assets import models
 from omnidraft.errors import BadRequest
-from omnidraft.llama.engine import Engine, EngineConfig
 from omnidraft.online.outbox import Outbox, Uploader
 from omnidraft.online.rates import acceptance_text, measured
 from omnidraft.online.records import build_record
@@ -61,10 +60,10 @@ from omnidraft.runtime.session import Session
 from omnidraft.speculative.generator import GenerationParams
 from omnidraft.speculative.policy import DraftPolicy, PolicyConfig
 from omnidraft.speculative.stats import GenerationStats
-from omnidraft.vocab.bridge import vocab_fingerprint
 from omnidraft.vocab.ngram_cache import NGramCache
 
 from .adapt_config import AdaptConfig
+from .adapt_drift import check_drift_target, control_point, switch_target
 from .adapt_items import Items, Prompt, load_drift, load_items, load_old, prompt_input
 from .adapt_procs import TrainerProcess, export_control
 from .adapt_report import plot as _report_plot
@@ -269,16 +268,10 @@ def _control(r: Run, path: Path, meta: dict) -> None:
     new = cfg.new_domain()
     s.load_drafter(str(path))
     r.control_file = (path, meta)
-    r.control = _control_point(r, r.items.heldout, new, 0, "control", meta)
+    r.control = control_point(r, r.items.heldout, new, 0, "control", meta)
     if r.items.drift:
-        r.drift_control = _control_point(r, r.items.drift, cfg.drift_set, 0, f"{cfg.drift_set} control", meta)
+        r.drift_control = control_point(r, r.items.drift, cfg.drift_set, 0, f"{cfg.drift_set} control", meta)
     s.load_drafter(settings.draft)
-
-
-def _control_point(r: Run, prompts: list[Prompt], set_name: str, prompts_seen: int, label: str, meta: dict) -> dict:
-    """The control (loaded in the session now) measured on ``prompts``, with its export's meta."""
-    return {**r.measure(prompts, "control", set_name, prompts_seen, label), **meta,
-            "version": f"control ({meta['qtype']}, untrained)"}
 
 
 def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
@@ -317,42 +310,11 @@ def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
                 if r.items.drift:
                     r.drift_curve.append(r.measure(r.items.drift, "drift", cfg.drift_set, i))
             if switch:
-                s = _switch_target(r, cfg.drift_target)
+                s = switch_target(r, cfg.drift_target)
                 r.curve.append(r.measure(r.items.heldout, "curve", new, i, f"after {i:3d} prompts, target switched "
                                          f"to {cfg.drift_target} [{s.drafter_version}]"))
     finally:
         uploader.stop()
-
-
-def check_drift_target(target: str, target_fp: str) -> None:
-    """Refuse, before anything streams, a drift target whose vocabulary is not the first target's: the records,
-    the n-gram cache and the drafter's mapping all speak that one (qwen2.5-coder-0.5b <-> 1.5b share it)."""
-    with Engine(models.resolve(target), EngineConfig(vocab_only=True)) as e:
-        if vocab_fingerprint(e.token_bytes) != target_fp:
-            raise BadRequest(f"--drift-target {target}: its vocabulary is not the first target's; a target drift "
-                             "keeps the vocabulary (qwen2.5-coder-0.5b <-> 1.5b)")
-
-
-def _switch_target(r: Run, target: str) -> Session:
-    """The target drift: a session on ``target`` with the drafter as adapted so far (the registry's current
-    version), the trainer and the stream going on (``check_drift_target`` made sure that it speaks the first
-    target's vocabulary)."""
-    old = r.session
-    settings = replace(r.settings, target=target)
-    new = Session(settings, registry=old.registry).warm_up()
-    if r.cfg.verify_batch:
-        new.max_verify_batch = r.cfg.verify_batch
-    old.save_state()
-    old.close()
-    r.session, r.settings = new, settings
-    if r.control_file is not None:  # the static drafter on the new target: the line the rest of the curve is read by
-        path, meta = r.control_file
-        new.load_drafter(str(path))
-        r.drift_control = _control_point(r, r.items.heldout, r.cfg.new_domain(), r.cfg.drift_point(),
-                                         f"control on {target}", meta)
-    new.maybe_swap()  # the version the first target's records trained
-    print(f"target switched: {old.settings.target} -> {target} (drafter {new.drafter_version})", flush=True)
-    return new
 
 
 def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:
