@@ -43,9 +43,17 @@ def _drift_run(tmp_path_factory, monkeypatch, target, name: str, **fields) -> tu
     return cfg, settings, result, printed.getvalue()
 
 
-def test_a_drift_measures_both_sets_at_every_checkpoint(tmp_path_factory, monkeypatch):
-    _, _, result, printed = _drift_run(tmp_path_factory, monkeypatch, tiny_gguf(tmp_path_factory, "qwen2"), "drift",
-                                       drift_set="b")
+@pytest.fixture(scope="module")
+def set_drift(tmp_path_factory):
+    """One set drift, each point also measured from the stream's n-gram cache (--eval-with-cache): the two tests
+    below read the same run (an adapt run of tiny models takes about 35 s on 2 AVX2 cores)."""
+    with pytest.MonkeyPatch.context() as mp:
+        return _drift_run(tmp_path_factory, mp, tiny_gguf(tmp_path_factory, "qwen2"), "drift", drift_set="b",
+                          eval_with_cache=True)[2:]
+
+
+def test_a_drift_measures_both_sets_at_every_checkpoint(set_drift):
+    result, printed = set_drift
     assert [p["prompts"] for p in result["curve"]] == [0, 2, 4]
     drift = result["drift"]
     assert drift["set"] == "b" and drift["at"] == 2 and drift["control"]["set"] == "b"
@@ -81,12 +89,11 @@ def test_a_target_drift_goes_on_with_the_adapted_drafter_on_the_other_target(tmp
         run(cfg, settings, threads=2)
 
 
-def test_with_the_stream_cache_each_point_is_measured_twice(tmp_path_factory, monkeypatch):
+def test_with_the_stream_cache_each_point_is_measured_twice(set_drift):
     """``--eval-with-cache``: every held-out point (curve and drift set) is measured once more from a copy of the
     stream's n-gram cache. Before the stream that cache is empty, so both measurements are the same; the copy's
     additions are thrown away, so the stream's cache only ever grows by what the stream itself added."""
-    _, _, result, printed = _drift_run(tmp_path_factory, monkeypatch, tiny_gguf(tmp_path_factory, "qwen2"),
-                                       "drift-cache", drift_set="b", eval_with_cache=True)
+    result, printed = set_drift
     points = result["curve"] + result["drift"]["curve"]
     assert all("with_cache" in p for p in points) and "with_cache" not in result["control"]
     for p in (result["curve"][0], result["drift"]["curve"][0]):  # the baseline: an empty cache both ways
