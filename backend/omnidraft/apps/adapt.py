@@ -161,7 +161,8 @@ class Run:
     drift_curve: list[dict] = field(default_factory=list)  # the drift set's held-out, at the same points
     drift_control: dict | None = None  # a set drift: the control on that set; a target drift: on the new target
     control_file: tuple[Path, dict] | None = None  # the control's GGUF and its export's meta, for a target drift
-    old: dict[str, dict] = field(default_factory=dict)  # old domain -> {"before": point, "after": point}
+    old: dict[str, dict] = field(default_factory=dict)  # old domain -> {"before": point, "after": point} (after a
+    # target switch "before" is the control's on the new target; adapt_drift keeps the first's as before_first_target)
     swaps: dict[str, float] = field(default_factory=dict)  # version -> seconds its swap took
 
     def measure(self, prompts: list[Prompt], kind: str, set_name: str, prompts_seen: int, label: str = "") -> dict:
