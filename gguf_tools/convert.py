@@ -218,6 +218,16 @@ def field_kv(key: str, f) -> KV:
     return key, f.parts[-1].tolist()[0], vtype, None
 
 
+WRITER_KEYS = ("GGUF.", "general.architecture", "general.alignment")  # key prefixes GGUFWriter writes itself
+
+
+def reader_kvs(reader: gguf.GGUFReader, skip: tuple[str, ...] = ()) -> list[KV]:
+    """Every KV of a read GGUF as :func:`field_kv` gives it, but the writer's own and those starting with
+    ``skip``: what a tool that rewrites a file copies into its writer."""
+    drop = WRITER_KEYS + skip
+    return [field_kv(key, f) for key, f in reader.fields.items() if not key.startswith(drop)]
+
+
 def copy_tokenizer_kv(path: str | os.PathLike) -> list[KV]:
     """Every ``tokenizer.*`` KV (tokens, merges, scores, types, special ids, chat template) of a GGUF."""
     r = read(path)

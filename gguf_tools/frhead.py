@@ -24,14 +24,14 @@ from typing import Sequence
 import gguf
 import numpy as np
 
-from .convert import field_kv
+from .convert import reader_kvs
 from .errors import BadArgument, InvalidFile
 from .header import IDS_KEY, ROWS_KEY, head_token_ids  # noqa: F401 - frhead's API; read there, gguf-py-free
 from .inspect import read
 
 log = logging.getLogger(__name__)
 
-_SKIP = ("GGUF.", "general.architecture", "general.alignment", ROWS_KEY, IDS_KEY)
+_SKIP = (ROWS_KEY, IDS_KEY)  # a head written anew, not copied
 
 
 def rank(counts: np.ndarray) -> np.ndarray:
@@ -89,9 +89,8 @@ def write(src: str | os.PathLike, dst: str | os.PathLike, ids: Sequence[int]) ->
     os.close(fd)
     try:
         w = gguf.GGUFWriter(tmp, arch)
-        for key, f in r.fields.items():
-            if not key.startswith(_SKIP):
-                w.add_key_value(*field_kv(key, f))
+        for kv in reader_kvs(r, _SKIP):
+            w.add_key_value(*kv)
         w.add_uint32(ROWS_KEY, len(ids))
         w.add_array(IDS_KEY, ids.tolist())
         for t in r.tensors:

@@ -23,35 +23,21 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import gguf
-
-from .convert import field_kv
 import numpy as np
 
+from .convert import KV, reader_kvs
 from .errors import InvalidFile
-
 from .inspect import read
 
 log = logging.getLogger(__name__)
 
 TENSORS_KEY = "omnidraft.synth.tensors"  # JSON: [[name, [ne0, ne1, ...], ggml type name], ...]
 SOURCE_KEY = "omnidraft.synth.source"  # JSON: file name, size, file type of the real model
-_SKIP = ("GGUF.", "general.architecture", "general.alignment", TENSORS_KEY, SOURCE_KEY)
+_SKIP = (TENSORS_KEY, SOURCE_KEY)  # a skeleton's own keys, written anew
 
 _STD = 0.02
-KV = tuple[str, Any, gguf.GGUFValueType, "gguf.GGUFValueType | None"]
-
-
-def _kvs(reader: gguf.GGUFReader) -> list[KV]:
-    """Every KV of a file as (key, value, type, array element type), strings as raw bytes."""
-    out: list[KV] = []
-    for key, f in reader.fields.items():
-        if key.startswith(_SKIP):
-            continue
-        out.append(field_kv(key, f))
-    return out
 
 
 def _arch(reader: gguf.GGUFReader, path: Path) -> str:
@@ -92,7 +78,7 @@ def skeleton(real: str | os.PathLike, out: str | os.PathLike) -> Path:
     plain = out.with_suffix("") if out.suffix == ".gz" else out
     w, tmp = _atomic_writer(plain, arch)
     try:
-        for key, val, vtype, sub in _kvs(r):
+        for key, val, vtype, sub in reader_kvs(r, _SKIP):
             w.add_key_value(key, val, vtype, sub)
         w.add_string(TENSORS_KEY, json.dumps(tensors))
         w.add_string(SOURCE_KEY, json.dumps(source))
@@ -173,7 +159,7 @@ def synth(skel: str | os.PathLike, out: str | os.PathLike, seed: int = 0, layers
         if f is None:
             raise InvalidFile(f"{skel}: not a skeleton (no {TENSORS_KEY})")
         tensors = json.loads(bytes(f.parts[-1]).decode())
-        kvs = _kvs(r)
+        kvs = reader_kvs(r, _SKIP)
     finally:
         if tmp_in is not None:
             tmp_in.unlink()

@@ -23,7 +23,7 @@ from typing import BinaryIO, Sequence
 import gguf
 import numpy as np
 
-from .convert import field_kv
+from .convert import reader_kvs
 from .errors import BadArgument
 from .inspect import read
 
@@ -36,7 +36,6 @@ WIDENABLE = ("Q5_0", "Q4_0")  # the types whose blocks re-encode exactly as Q8_0
 DEFAULT_TYPES = ("Q5_0",)
 CHUNK_BLOCKS = 1 << 20  # blocks converted at a time: ~22 MB in, 34 MB out, a few times that in temporaries
 _Q8_BLOCK, _Q8_BYTES = gguf.GGML_QUANT_SIZES[Q.Q8_0]  # 32 values in 34 bytes: fp16 d + 32 int8
-_SKIP = ("GGUF.", "general.architecture", "general.alignment")  # the writer writes these itself
 
 
 def q5_0_to_q8_0(blocks: np.ndarray) -> np.ndarray:
@@ -94,9 +93,8 @@ def widen(src: str | os.PathLike, dst: str | os.PathLike, types: str | Sequence[
         w = gguf.GGUFWriter(tmp, bytes(r.get_field("general.architecture").parts[-1]).decode())
         if r.alignment != gguf.GGUF_DEFAULT_ALIGNMENT:
             w.add_custom_alignment(int(r.alignment))
-        for key, f in r.fields.items():
-            if not key.startswith(_SKIP):
-                w.add_key_value(*field_kv(key, f))
+        for kv in reader_kvs(r):
+            w.add_key_value(*kv)
         for t in r.tensors:
             shape = np.asarray(t.data).shape  # quantized: bytes per row in the last dimension
             if t.tensor_type in wanted:

@@ -10,9 +10,10 @@ recovery is counted in those gains:
 * recovered: the first point on the new target whose gain is within ``--band`` points of that level;
 * the first adaptation's time, to compare with: the first point on the first target within the band of it.
 
-Old domains: each run's "before" was the base drafter on its first target, so the static figure on the other target
-is the other run's "before" (both start from the same drafter); a run's "after" is read against the one on its own
-target.
+Old domains: a run's "after" is read against the static drafter on its own last target. Runs since 2026-12-05's fix
+measure that at the switch ("before", the first target's kept as "before_first_target"); in the two runs before it
+"before" was the base drafter on the first target, so the other run's "before" stands in (both start from the same
+drafter).
 
     python scripts/lab/drift_target_report.py FWD/adapt.json REV/adapt.json OUT_DIR [--card h100]
 """
@@ -58,10 +59,11 @@ def run_figures(a: dict, band: float) -> dict:
 
 
 def old_domains(a: dict, b: dict) -> dict:
-    """Each old domain's "after" in run ``a`` against the static drafter on a's last target (b's "before")."""
+    """Each old domain's "after" in run ``a`` against the static drafter on a's last target (a's own "before" where
+    the run measured it at the switch, else b's "before")."""
     out = {}
     for name, p in a["old"].items():
-        static = b["old"][name]["before"]
+        static = p["before"] if "before_first_target" in p else b["old"][name]["before"]
         out[Path(name).stem] = {"after": round(100 * p["after"]["acceptance"], 1),
                                 "static_same_target": round(100 * static["acceptance"], 1),
                                 "points": round(100 * (p["after"]["acceptance"] - static["acceptance"]), 1),
