@@ -8,6 +8,7 @@ read at every product), and make the invariance probe report 8 bit-identical row
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,29 @@ def test_patch_applies_to_the_pinned_sources(tmp_path):
     assert "ggml-cpu/sbq4.cpp" in (ggml_cpu / "CMakeLists.txt").read_text()
     assert (ggml_cpu / "sbk.cpp").is_file() and "ggml-cpu/sbk.cpp" in (ggml_cpu / "CMakeLists.txt").read_text()
     assert "ggml_sbk_mul_mat" in (ggml_cpu / "ggml-cpu.c").read_text()
+    assert f'{llama_build.PATCH_ID_SYMBOL}(void) {{ return "{llama_build.patch_id()}"; }}' in \
+        (ggml_cpu / "sbq4.cpp").read_text()
+
+
+def test_check_asks_for_a_rebuild_when_a_kernel_source_changes(monkeypatch, tmp_path, capsys):
+    """Setup rebuilds llama.cpp only where `build.py check` fails.  A build that carries every kernel but was
+    made from older kernel sources (a checkout updated since) must fail it, or it would keep the old kernels."""
+    built = llama_build.built_patch_id()
+    if built is None:
+        if CI and llama_build.is_x86():
+            pytest.fail("setup's build should carry the kernel sources' id")
+        pytest.skip("no patched build here")
+    assert built == llama_build.patch_id()
+    assert llama_build.main(["check"]) == 0
+    copy = tmp_path / "patch"
+    shutil.copytree(llama_build.PATCH_DIR, copy)
+    monkeypatch.setattr(llama_build, "PATCH_DIR", str(copy))
+    assert llama_build.patch_id() == built  # the id is the files' content, not where they sit
+    with open(copy / "sbq4.cpp", "a") as f:
+        f.write("// an edit\n")
+    assert llama_build.patch_id() != built
+    assert llama_build.main(["check"]) == 1
+    assert "built from other kernel sources" in capsys.readouterr().err
 
 
 def test_build_probe_checks_the_kernel(monkeypatch):

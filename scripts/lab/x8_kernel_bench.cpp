@@ -1,5 +1,6 @@
 // One thread (or a few) timing omnidraft's interleaved small-batch kernels alone, outside llama.cpp: sbkx8.cpp
-// (Q4_K, block_q4_Kx8) or, with -DQ6, sbq6x8.cpp (Q6_K, block_q6_Kx8), on random blocks of a 4480 x 1536 slice
+// (Q4_K, block_q4_Kx8), with -DQ6 sbq6x8.cpp (Q6_K, block_q6_Kx8), or with -DQ40 -DSBQ4_STANDALONE sbq4.cpp
+// (Q4_0, block_q4_0x8, the fast mode's and the speed format's), on random blocks of a 4480 x 1536 slice
 // of the 1.5B (ffn_gate's shape), for n = 1..8 activation rows.  Prints the best of several calls per n in us,
 // and a hash of every output, which must not change between kernel variants (the rows' bits).
 //
@@ -7,6 +8,8 @@
 //       backend/omnidraft/llama/patch/sbkx8.cpp -o x8bench        # add -mavxvnni, or -march=..., per tier
 //   ./x8bench            # the slice held in cache (L2/L3): the kernel's instructions
 //   ./x8bench 48 2       # 48 slices (186 MB) streamed from memory by 2 threads, as a decode reads them
+//   g++ -O3 -std=c++17 -pthread -DQ40 -DSBQ4_STANDALONE -mavx2 -mfma -mf16c scripts/lab/x8_kernel_bench.cpp
+//       backend/omnidraft/llama/patch/sbq4.cpp -o q40bench     # the Q4_0 kernel (74 MB in 48 slices)
 //
 // The figures in sbkx8.cpp's comments came from this program (issue 41, ninth session).
 // Its twin is scripts/lab/sbk_rows.py (the same timing from Python, through tests/sbk_harness.py's blocks and
@@ -23,16 +26,33 @@
 extern "C" int sbk_q4kx8_gemm(int64_t, const void *, int64_t, int64_t, const void *, size_t, int, float *, size_t);
 extern "C" int sbk_q6kx8_gemm(int64_t, const void *, int64_t, int64_t, const void *, size_t, int, float *, size_t);
 
-#ifdef Q6
+#if defined(Q40)
+// sbq4.cpp (-DSBQ4_STANDALONE): block_q4_0x8, 32 values a block; activations sbq4_act (36-byte int8 blocks)
+#include "../../backend/omnidraft/llama/patch/sbq4.h"
+constexpr size_t BLOCK = 144;  // block_q4_0x8: fp16 d[8] first
+constexpr int N_HALF = 8;
+constexpr int QB = 32;
+static int GEMM(int64_t k, const void * w, int64_t, int64_t rows, const void * act, size_t, int n, float * dst,
+                size_t stride) {
+    return sbq4_gemm(SBQ4_8X8, k / 32, w, rows, (const sbq4_act *) act, n, dst, stride);
+}
+#elif defined(Q6)
 constexpr size_t BLOCK = 1680;  // block_q6_Kx8: fp16 d[8] first
 constexpr int N_HALF = 8;
+constexpr int QB = 256;
 #define GEMM sbk_q6kx8_gemm
 #else
 constexpr size_t BLOCK = 1152;  // block_q4_Kx8: fp16 d[8], dmin[8] first
 constexpr int N_HALF = 16;
+constexpr int QB = 256;
 #define GEMM sbk_q4kx8_gemm
 #endif
-constexpr int64_t K = 1536, ROWS = 4480, NB = K / 256, Q8K = 292;
+constexpr int64_t K = 1536, ROWS = 4480, NB = K / QB;
+#if defined(Q40)
+constexpr int64_t Q8K = sizeof(sbq4_act);
+#else
+constexpr int64_t Q8K = 292;
+#endif
 
 int main(int argc, char ** argv) {
     const int slices = argc > 1 ? atoi(argv[1]) : 1;
@@ -47,12 +67,20 @@ int main(int argc, char ** argv) {
     }
     std::vector<uint8_t> act(8 * NB * Q8K);  // block_q8_K rows: float d, 256 int8, int16 sums of each 16
     for (auto & b : act) b = (uint8_t) rand();
+#if defined(Q40)  // what sbq4_quantize makes: int8 in -127..127, the bias, a small scale
+    for (int j = 0; j < 8 * NB; j++) {
+        std::vector<float> x(32);
+        for (auto & v : x) v = (float) (rand() % 2001 - 1000) / 1000.0f;
+        sbq4_quantize(x.data(), (sbq4_act *) (act.data() + j * Q8K), 1);
+    }
+#else
     for (int j = 0; j < 8 * NB; j++) {
         const float d = 0.01f;
         memcpy(act.data() + j * Q8K, &d, 4);
         int16_t * s = (int16_t *) (act.data() + j * Q8K + 260);
         for (int t = 0; t < 16; t++) s[t] = (int16_t) (rand() % 1000);
     }
+#endif
     std::vector<float> out(8 * ROWS * threads);
     uint64_t hash = 1469598103934665603ULL;
     for (int n = 1; n <= 8; n++) {

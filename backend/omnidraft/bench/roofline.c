@@ -5,7 +5,8 @@
  *
  * read: every thread sums its own slice of a 512 MiB buffer (8 streams of 64-byte loads), best of 5;
  * int8: every thread runs 12 independent chains of the widest unsigned x signed byte dot product the
- * compiler was allowed (vpdpbusd zmm / ymm, or vpmaddubsw + vpmaddwd on plain AVX2), 64 M rounds. */
+ * compiler was allowed (vpdpbusd zmm / ymm; on plain AVX2, four vpmaddubsw summed in 16 bits and one vpmaddwd,
+ * as the kernels do), 64 M rounds. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,14 +62,19 @@ typedef __m256i vec;
 #define DOT(a, x) _mm256_dpbusd_avx_epi32((a), (x), (x))
 #define VLOW(a) _mm256_cvtsi256_si32(a)
 #elif defined(__AVX2__)
-#define ISA "vpmaddubsw + vpmaddwd ymm (AVX2)"
-#define MACS_PER_OP 32
+/* What omnidraft's AVX2 kernels do (sbq4.cpp, sbkx8.cpp): four byte products summed in 16 bits, then widened
+ * by one vpmaddwd.  The accumulator is an operand of every product, so none can be hoisted out of the loop;
+ * x and y (two inputs the compiler cannot fold) keep the four products distinct. */
+#define ISA "4 vpmaddubsw + 3 vpaddw + vpmaddwd ymm (AVX2)"
+#define MACS_PER_OP 128
 typedef __m256i vec;
 #define VZERO() _mm256_setzero_si256()
 #define VSET(i) _mm256_set1_epi32(i)
 #define VONES() _mm256_set1_epi8(1)
-/* the accumulator doubles as the signed operand, so that the product cannot be hoisted out of the loop */
-#define DOT(a, x) _mm256_add_epi32((a), _mm256_madd_epi16(_mm256_maddubs_epi16((x), (a)), _mm256_set1_epi16(1)))
+#define P16(u, s) _mm256_maddubs_epi16((u), (s))
+#define DOT(a, x) _mm256_add_epi32((a), _mm256_madd_epi16(_mm256_add_epi16( \
+    _mm256_add_epi16(P16((x), (a)), P16((a), (x))), _mm256_add_epi16(P16((y), (a)), P16((a), (y)))), \
+    _mm256_set1_epi16(1)))
 #define VLOW(a) _mm256_cvtsi256_si32(a)
 #endif
 
@@ -76,8 +82,9 @@ typedef __m256i vec;
 static volatile int8_t one = 1;
 
 static void *dotter(void *arg) {
-    vec x = VONES();
-    if (one != 1) x = VZERO();  /* an input the compiler cannot fold */
+    vec x = VONES(), y = VSET(one + 1);
+    if (one != 1) x = VZERO();  /* inputs the compiler cannot fold */
+    (void) y;
     /* 12 named accumulators, each started apart so that the compiler keeps 12 independent chains */
     vec a0 = VSET(0), a1 = VSET(1), a2 = VSET(2), a3 = VSET(3), a4 = VSET(4), a5 = VSET(5), a6 = VSET(6),
         a7 = VSET(7), a8 = VSET(8), a9 = VSET(9), a10 = VSET(10), a11 = VSET(11);

@@ -27,7 +27,8 @@ sends products back to ggml's own kernels.
 Run as a plain script by scripts/setup/setup.sh and android_demo/termux/setup.sh, before omnidraft itself is
 installed, so: standard library (plus llama_cpp for ``check``) only.
 
-    python llama_build.py check            exit 0 if the installed build is right, 1 if not
+    python llama_build.py check            exit 0 if the installed build is right (made from the kernel
+                                           sources in patch/ as they are now), 1 if not
     python llama_build.py cmake-args TIER  print CMAKE_ARGS for TIER = native | safe | baseline
     python llama_build.py wants-kernel     exit 0 if setup should build the small-batch kernel here
     python llama_build.py source DIR       download the pinned sdist into DIR, apply the kernel patch,
@@ -62,6 +63,9 @@ KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h", "sbkx8.cpp", "sbq6x8.c
 HOOKS = ("sbq4-hook.patch", "sbk-hook.patch", "sbkx8-hook.patch", "sbq4-arm-hook.patch", "frhead.patch",
          "sbq6x8-hook.patch", "q8k-hook.patch", "fa-hook.patch")
 FRHEAD_MARK = b"omnidraft.head_rows"  # the GGUF key frhead.patch reads: in libllama's strings only when patched
+# patch_tree appends a function by this name, returning patch_id(), to the copied sbq4.cpp: how `check` tells a
+# build made from these kernel sources from one made before they changed (a `git pull` that edits a kernel)
+PATCH_ID_SYMBOL = "omnidraft_patch_id"
 
 # ggml option -> the /proc/cpuinfo flags it needs (all of them)
 _X86_OPTIONS = {
@@ -255,6 +259,16 @@ def _exports(symbol: str) -> bool:
     return lib is not None and getattr(lib, symbol, None) is not None
 
 
+def built_patch_id() -> str | None:
+    """The patch_id() the installed build was made from; None for a build without it (upstream, or older)."""
+    lib = _cpu_lib()
+    fn = getattr(lib, PATCH_ID_SYMBOL, None) if lib is not None else None
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
 def has_sbkx8() -> bool:
     """Whether the build carries sbkx8.cpp: the fast mode's repacked Q4_K (Q4_K_M files) through the
     n-invariant small-batch kernel, so that mode verifies exactly too."""
@@ -345,12 +359,24 @@ def extract(sdist: str, dest: str) -> str:
     return tree
 
 
+def patch_id() -> str:
+    """A short hash of every kernel file and hook setup builds in, names included."""
+    h = hashlib.sha256()
+    for name in KERNEL_FILES + HOOKS:
+        with open(os.path.join(PATCH_DIR, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def patch_tree(tree: str) -> None:
-    """Put the kernel into an extracted source tree: its two files, then the hook."""
+    """Put the kernels into an extracted source tree: their files, then the hooks, then the sources' id."""
     for name in KERNEL_FILES:
         shutil.copy(os.path.join(PATCH_DIR, name), os.path.join(tree, GGML_CPU, name))
     for name in HOOKS:
         _apply(os.path.join(PATCH_DIR, name), tree)
+    with open(os.path.join(tree, GGML_CPU, "sbq4.cpp"), "a") as f:  # built on every platform the patch serves
+        f.write(f'\n// appended by omnidraft/llama/build.py (patch_tree): the kernel sources this build came from\n'
+                f'extern "C" const char * {PATCH_ID_SYMBOL}(void) {{ return "{patch_id()}"; }}\n')
 
 
 def prepare_source(dest: str) -> str:
@@ -372,6 +398,9 @@ def main(argv: list[str]) -> int:
                    "the AVX2 Q8_K quantizer or the flash-attention hook)"]
         elif not why and sbq4_wanted() and not has_frhead():
             why = ["built without omnidraft's frequency-ranked drafter head (frhead.patch)"]
+        elif not why and sbq4_wanted() and built_patch_id() != patch_id():
+            why = [f"built from other kernel sources ({built_patch_id() or 'unmarked'}) than "
+                   f"backend/omnidraft/llama/patch/ holds now ({patch_id()})"]
         for line in why:
             print(f"llama.cpp build: {line}", file=sys.stderr)
         return 0 if not why else 1

@@ -171,54 +171,83 @@ void group_rows(const uint8_t * w, const sbq4_act * act, int64_t nb, float * dst
 
 #else
 // ---------------------------------------------------------------- AVX2: 4 rows per ymm, two halves
+#if SBQ4_VARIANT == 2
 inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
-#if SBQ4_VARIANT == 2 && defined(__AVXVNNI__)
+#if defined(__AVXVNNI__)
     return _mm256_dpbusd_avx_epi32(acc, u, s);
-#elif SBQ4_VARIANT == 2
-    return _mm256_dpbusd_epi32(acc, u, s);
 #else
-    // u <= 15 and |s| <= 128: the 16-bit pair sums stay far from saturation
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+    return _mm256_dpbusd_epi32(acc, u, s);
+#endif
+}
+#endif
+
+// One block's int32 sums for 4 weight rows (two lanes a row) against activation block a, bias included.
+inline __m256i block_sum(__m256i l0, __m256i l1, __m256i h0, __m256i h1, const sbq4_act * a) {
+    const __m256i a0 = _mm256_set1_epi64x(load64(a->qs + 0)), a1 = _mm256_set1_epi64x(load64(a->qs + 8));
+    const __m256i a2 = _mm256_set1_epi64x(load64(a->qs + 16)), a3 = _mm256_set1_epi64x(load64(a->qs + 24));
+#if SBQ4_VARIANT == 1
+    // Plain AVX2 has no vpdpbusd, and on cores with one vector multiplier (Zen 1/Zen 2: a ymm vpmaddubsw or
+    // vpmaddwd takes it twice) the multiplies bound the pass.  So the four vpmaddubsw products are added in
+    // 16 bits and widened by one vpmaddwd: 5 multiplies a block and row instead of 8.  Exact: a pair sum is
+    // at most 2 * 15 * 127 = 3,810 in magnitude (activations are -127..127), four of them 15,240 < 32,767,
+    // so each lane holds the same integer as before and every output keeps its bits.
+    __m256i p = _mm256_maddubs_epi16(l0, a0);
+    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(l1, a1));
+    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(h0, a2));
+    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(h1, a3));
+    return _mm256_add_epi32(_mm256_set1_epi32(a->bias), _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#else
+    __m256i s = _mm256_set1_epi32(a->bias);
+    s = dot_u8s8(s, l0, a0);
+    s = dot_u8s8(s, l1, a1);
+    s = dot_u8s8(s, h0, a2);
+    return dot_u8s8(s, h1, a3);
 #endif
 }
 
-inline __m256i nibbles(__m256i q) {
-    return _mm256_xor_si256(_mm256_and_si256(q, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(0x08));
-}
-
+// Rows r of a group are split in two halves of 4 (one ymm holds a half's 4 rows x 8 bytes).  Up to 2
+// activation rows both halves go in one pass over the blocks, sharing the activations' broadcasts; from 3
+// rows on the accumulators of both would not fit the 16 registers, so each half takes its own pass (the
+// second finds the blocks in cache).  Either way every output lane sees the same operations in the same order.
 template <int N>
 void group_rows(const uint8_t * w0, const sbq4_act * act, int64_t nb, float * dst, size_t stride) {
+    constexpr int H = N <= 2 ? 2 : 1;  // halves per pass
     const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-    for (int half = 0; half < 2; half++) {
+    const __m256i x88 = _mm256_set1_epi8((char) 0x88), m4 = _mm256_set1_epi8(0x0F);
+    for (int half0 = 0; half0 < 2; half0 += H) {
         const uint8_t * w = w0;
-        __m256 acc[N];
-        for (int j = 0; j < N; j++) {
-            acc[j] = _mm256_setzero_ps();
+        __m256 acc[H][N];
+        for (int h = 0; h < H; h++) {
+            for (int j = 0; j < N; j++) {
+                acc[h][j] = _mm256_setzero_ps();
+            }
         }
         for (int64_t b = 0; b < nb; b++, w += GROUP_BYTES) {
-            if (half == 0) {
-                prefetch_block(w);  // the second half finds the group's blocks in cache
+            if (half0 == 0) {
+                prefetch_block(w);
             }
-            const __m256i q0 = _mm256_loadu_si256((const __m256i *) (w + 16 + 32 * half));
-            const __m256i q1 = _mm256_loadu_si256((const __m256i *) (w + 80 + 32 * half));
-            const __m256i l0 = nibbles(q0), h0 = nibbles(_mm256_srli_epi16(q0, 4));
-            const __m256i l1 = nibbles(q1), h1 = nibbles(_mm256_srli_epi16(q1, 4));
-            const __m256 dw = _mm256_permutevar8x32_ps(
-                _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) (w + 8 * half)))), dup);
-            for (int j = 0; j < N; j++) {
-                const sbq4_act * a = act + j * nb + b;
-                __m256i s = _mm256_set1_epi32(a->bias);
-                s = dot_u8s8(s, l0, _mm256_set1_epi64x(load64(a->qs + 0)));
-                s = dot_u8s8(s, l1, _mm256_set1_epi64x(load64(a->qs + 8)));
-                s = dot_u8s8(s, h0, _mm256_set1_epi64x(load64(a->qs + 16)));
-                s = dot_u8s8(s, h1, _mm256_set1_epi64x(load64(a->qs + 24)));
-                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[j]);
+            for (int h = 0; h < H; h++) {
+                const int half = half0 + h;
+                // repack's xor undone on both nibbles at once, then each masked: u = w + 8, 0..15
+                const __m256i q0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *) (w + 16 + 32 * half)), x88);
+                const __m256i q1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *) (w + 80 + 32 * half)), x88);
+                const __m256i l0 = _mm256_and_si256(q0, m4), h0 = _mm256_and_si256(_mm256_srli_epi16(q0, 4), m4);
+                const __m256i l1 = _mm256_and_si256(q1, m4), h1 = _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4);
+                const __m256 dw = _mm256_permutevar8x32_ps(
+                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) (w + 8 * half)))), dup);
+                for (int j = 0; j < N; j++) {
+                    const sbq4_act * a = act + j * nb + b;
+                    const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a->d));
+                    acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_sum(l0, l1, h0, h1, a)), scale, acc[h][j]);
+                }
             }
         }
-        for (int j = 0; j < N; j++) {  // row r = lane 2r + lane 2r + 1
-            const __m256 pairs = _mm256_add_ps(acc[j], _mm256_permute_ps(acc[j], _MM_SHUFFLE(2, 3, 0, 1)));
-            const __m256 rows = _mm256_permutevar8x32_ps(pairs, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0));
-            _mm_storeu_ps(dst + j * stride + 4 * half, _mm256_castps256_ps128(rows));
+        for (int h = 0; h < H; h++) {
+            for (int j = 0; j < N; j++) {  // row r = lane 2r + lane 2r + 1
+                const __m256 pairs = _mm256_add_ps(acc[h][j], _mm256_permute_ps(acc[h][j], _MM_SHUFFLE(2, 3, 0, 1)));
+                const __m256 rows = _mm256_permutevar8x32_ps(pairs, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0));
+                _mm_storeu_ps(dst + j * stride + 4 * (half0 + h), _mm256_castps256_ps128(rows));
+            }
         }
     }
 }
