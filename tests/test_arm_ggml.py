@@ -85,9 +85,7 @@ def _require() -> Path:
 
 def _key() -> str:
     """What the cached libraries depend on: the sdist, the patch files, the flags and the compilers."""
-    h = hashlib.sha256(llama_build.SDIST_SHA256.encode())
-    for name in (*llama_build.KERNEL_FILES, *llama_build.HOOKS):
-        h.update(name.encode() + (Path(llama_build.PATCH_DIR) / name).read_bytes())
+    h = hashlib.sha256((llama_build.SDIST_SHA256 + llama_build.patch_id()).encode())
     h.update(TOOLCHAIN.encode() + repr({b: _flags(a) for b, a in BUILDS.items()}).encode())
     for tool in (CC, CXX):
         h.update(subprocess.run([tool, "--version"], capture_output=True).stdout)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omnidraft.llama import buildprobe, invariance, build as llama_build
+from omnidraft.llama import buildprobe, buildsrc, invariance, build as llama_build
 from omnidraft.assets import models
 from omnidraft.llama.engine import Engine, EngineConfig
 from tests.reference import rows_by_batch
@@ -136,13 +136,16 @@ def test_check_asks_for_a_rebuild_when_a_kernel_source_changes(monkeypatch, tmp_
     assert llama_build.main(["check"]) == 0
     copy = tmp_path / "patch"
     shutil.copytree(llama_build.PATCH_DIR, copy)
-    monkeypatch.setattr(llama_build, "PATCH_DIR", str(copy))
+    monkeypatch.setattr(buildsrc, "PATCH_DIR", str(copy))
     assert llama_build.patch_id() == built  # the id is the files' content, not where they sit
     with open(copy / "sbq4.cpp", "a") as f:
         f.write("// an edit\n")
     assert llama_build.patch_id() != built
     assert llama_build.main(["check"]) == 1
     assert "built from other kernel sources" in capsys.readouterr().err
+    from omnidraft.apps import doctor
+
+    assert "rerun setup" in doctor._sources_line()
 
 
 def test_build_probe_checks_the_kernel(monkeypatch):

@@ -63,7 +63,18 @@ def build_section() -> tuple[list[str], list[str]]:
     lines.append("small-batch K-quant kernel: " + _sbk_line())
     lines.append("frequency-ranked drafter head: " + _frhead_line())
     lines.append("flash attention on the CPU: " + _flash_attn_line())
+    lines.append("kernel sources: " + _sources_line())
     return lines, llama_build.problems()
+
+
+def _sources_line() -> str:
+    """Whether the build was made from the kernel sources this checkout holds (build.patch_id)."""
+    built, here = llama_build.built_patch_id(), llama_build.patch_id()
+    if built is None:
+        return "not marked in this build (upstream sources, or built before the mark existed)"
+    if built == here:
+        return f"{built}, as in this checkout"
+    return f"built from {built}, this checkout holds {here}: rerun setup (make setup) to build the kernels it holds"
 
 
 _FLASH_ATTN_WHY = {  # engine.flash_attn_default's reasons, after "on" / "off"

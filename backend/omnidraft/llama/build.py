@@ -2,27 +2,21 @@
 
 Two rules, both checked here:
 
-* No llamafile kernels (``GGML_LLAMAFILE=OFF``): tinyBLAS takes over matrix products from 2 rows up
-  and rounds differently from one-row decoding, which would make speculative output differ from the
-  target alone at near-ties.
-* A portable x86 build: ``-march=native`` compiles ggml's AMX kernels on Xeons that advertise AMX, and
-  those trap with SIGILL where the OS or hypervisor has not granted the tile state to every worker
-  thread (Linux XFD; llama.cpp PR #26954, issues #28328/#28756).  So the build names its instruction
-  sets one by one (``GGML_NATIVE=OFF``) from what this CPU advertises, with AMX off unless the user
-  asks for it (``OMNIDRAFT_AMX=1``; setup's probe must then pass).  If even that build fails the
-  probe (an ISA the CPU advertises but the OS does not enable), setup rebuilds at the ``safe`` tier
-  (x86-64-v3: AVX2/FMA/F16C) and then ``baseline`` (SSE4.2).
+* No llamafile kernels (``GGML_LLAMAFILE=OFF``): tinyBLAS takes over matrix products from 2 rows up and rounds
+  differently from one-row decoding, so speculative output would differ from the target alone at near-ties.
+* A portable x86 build: ``-march=native`` compiles ggml's AMX kernels on Xeons that advertise AMX, and those trap
+  with SIGILL where the OS or hypervisor has not granted the tile state to every worker thread (Linux XFD;
+  llama.cpp PR #26954, issues #28328/#28756).  So the build names its instruction sets one by one
+  (``GGML_NATIVE=OFF``) from what this CPU advertises, AMX off unless asked for (``OMNIDRAFT_AMX=1``; setup's
+  probe must then pass).  If even that build fails the probe (an ISA the CPU advertises but the OS does not
+  enable), setup rebuilds at the ``safe`` tier (x86-64-v3: AVX2/FMA/F16C) and then ``baseline`` (SSE4.2).
 
-On x86 the build also carries omnidraft's small-batch kernels (``patch/``): ``sbq4.cpp`` for ggml's
-repacked Q4_0 weights (the fast mode) and ``sbk.cpp`` for plain Q4_K, Q6_K and Q8_0 weights (the exact
-mode, so Q4_K_M files as users download them), each called from a small hook.  So does an aarch64
-Linux/Android build (Termux): ``sbq4-arm-hook.patch`` adds both files to ggml-cpu's ARM sources and
-routes ggml's ARM Q4_0 layouts (block_q4_0x4) through sbq4.cpp; checked by cross-building and running
-under qemu-aarch64 (tests/test_arm_ggml.py), not on a phone.  Both take products of
-1..8 rows in one pass over the weights, each row bit-identical to one-row decoding.  ``source`` prepares
-the patched sources; setup builds them first and, if the build probe fails, builds the upstream sources
-instead.  ``OMNIDRAFT_SBQ4=0`` turns both off: at setup it builds the upstream sources, at run time it
-sends products back to ggml's own kernels.
+The build also carries omnidraft's small-batch kernels (``patch/``, each called from a small hook; listed in
+docs/ARCHITECTURE.md): products of 1..8 rows in one pass over the weights, each row bit-identical to one-row
+decoding, on x86 and on aarch64 Linux/Android (Termux; checked under qemu, tests/test_arm_ggml.py).  ``source``
+prepares the patched sources, which setup builds first, and the upstream ones if the build probe fails.
+``OMNIDRAFT_SBQ4=0`` turns them off: at setup it builds the upstream sources, at run time it sends products back
+to ggml's own kernels.
 
 Run as a plain script by scripts/setup/setup.sh and android_demo/termux/setup.sh, before omnidraft itself is
 installed, so: standard library (plus llama_cpp for ``check``) only.
@@ -40,48 +34,31 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
-import hashlib
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tarfile
 
-VERSION = "0.3.36"
-SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-PATCH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "patch")
-GGML_CPU = os.path.join("vendor", "llama.cpp", "ggml", "src", "ggml-cpu")
+try:  # imported from the package, or run as setup's plain script (then buildsrc is found beside this file)
+    from .buildsrc import (GGML_CPU, HOOKS, KERNEL_FILES, PATCH_DIR, PATCH_ID_SYMBOL, SDIST_SHA256, VERSION,
+                           extract, patch_id, patch_tree, prepare_source)
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from buildsrc import (GGML_CPU, HOOKS, KERNEL_FILES, PATCH_DIR, PATCH_ID_SYMBOL, SDIST_SHA256,  # noqa: F401
+                          VERSION, extract, patch_id, patch_tree, prepare_source)
+
 TIERS = ("native", "safe", "baseline")
 COMMON = ["-DLLAVA_BUILD=OFF", "-DGGML_LLAMAFILE=OFF"]
-# The patch: the kernels' own files, copied into ggml-cpu/, and the hooks that call them, in this order;
-# then frhead.patch, which lets a drafter carry a head over its most frequent tokens (gguf_tools.frhead); then
-# sbq6x8-hook.patch, which repacks Q6_K on x86 too (the fast mode) for sbq6x8.cpp; then q8k-hook.patch, which
-# quantizes x86 Q8_K activations (every Q4_K and Q6_K product's) with AVX2 instead of ggml's scalar reference;
-# then fa-hook.patch, which keeps flash attention's one-row decode on the path batched rows take.
-KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h", "sbkx8.cpp", "sbq6x8.cpp", "q8k.cpp")
-HOOKS = ("sbq4-hook.patch", "sbk-hook.patch", "sbkx8-hook.patch", "sbq4-arm-hook.patch", "frhead.patch",
-         "sbq6x8-hook.patch", "q8k-hook.patch", "fa-hook.patch")
 FRHEAD_MARK = b"omnidraft.head_rows"  # the GGUF key frhead.patch reads: in libllama's strings only when patched
-# patch_tree appends a function by this name, returning patch_id(), to the copied sbq4.cpp: how `check` tells a
-# build made from these kernel sources from one made before they changed (a `git pull` that edits a kernel)
-PATCH_ID_SYMBOL = "omnidraft_patch_id"
-
 # ggml option -> the /proc/cpuinfo flags it needs (all of them)
 _X86_OPTIONS = {
-    "GGML_SSE42": ("sse4_2",),
-    "GGML_AVX": ("avx",),
-    "GGML_AVX2": ("avx2",),
-    "GGML_BMI2": ("bmi2",),
-    "GGML_FMA": ("fma",),
-    "GGML_F16C": ("f16c",),
-    "GGML_AVX_VNNI": ("avx_vnni",),
+    "GGML_SSE42": ("sse4_2",), "GGML_AVX": ("avx",), "GGML_AVX2": ("avx2",), "GGML_BMI2": ("bmi2",),
+    "GGML_FMA": ("fma",), "GGML_F16C": ("f16c",), "GGML_AVX_VNNI": ("avx_vnni",),
     "GGML_AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
-    "GGML_AVX512_VBMI": ("avx512f", "avx512vbmi"),
-    "GGML_AVX512_VNNI": ("avx512f", "avx512_vnni"),
+    "GGML_AVX512_VBMI": ("avx512f", "avx512vbmi"), "GGML_AVX512_VNNI": ("avx512f", "avx512_vnni"),
     "GGML_AVX512_BF16": ("avx512f", "avx512_bf16"),
-    "GGML_AMX_TILE": ("amx_tile",),
-    "GGML_AMX_INT8": ("amx_tile", "amx_int8"),
+    "GGML_AMX_TILE": ("amx_tile",), "GGML_AMX_INT8": ("amx_tile", "amx_int8"),
     "GGML_AMX_BF16": ("amx_tile", "amx_bf16"),
 }
 _SAFE = ("GGML_SSE42", "GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_FMA", "GGML_F16C")  # x86-64-v3
@@ -123,9 +100,8 @@ def x86_options(tier: str, flags: set[str] | None = None) -> dict[str, bool]:
     return opts
 
 
-# aarch64 tiers.  native: on the device (Termux), ggml asks the compiler for -mcpu=native and checks
-# dotprod, i8mm, SVE and SME one by one by compiling and running a probe.  safe: ARMv8.2 with dotprod
-# (every phone core since Cortex-A55/A76), what the cross-built test (tests/test_arm_ggml.py) checks.
+# aarch64 tiers.  native: on the device (Termux), ggml probes dotprod, i8mm, SVE and SME with the compiler.
+# safe: ARMv8.2 with dotprod (every phone core since Cortex-A55/A76), what tests/test_arm_ggml.py checks.
 # baseline: ARMv8.0, no dotprod: sbk.cpp takes nothing and ggml keeps Q4_0 unrepacked (sbq4 idle).
 ARM_SAFE_ARCH = "armv8.2-a+dotprod"
 
@@ -237,20 +213,15 @@ def problems() -> list[str]:
 
 
 def sbq4_variant() -> int | None:
-    """The small-batch kernel the installed build carries: 0 none, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI
-    (4 NEON dotprod, 5 NEON i8mm: sbq4.cpp's aarch64 variants, chosen at run time from the CPU's hwcaps and
-    built into aarch64 ggml by sbq4-arm-hook.patch; checked under qemu only); None for a build without the patch."""
-    lib = _cpu_lib()
-    fn = getattr(lib, "ggml_cpu_sbq4_variant", None) if lib is not None else None
-    return int(fn()) if fn is not None else None
+    """The small-batch kernel the installed build carries: 0 none, 1 AVX2, 2 AVX-VNNI, 3 AVX-512 VNNI, 4 NEON
+    dotprod, 5 NEON i8mm (aarch64: chosen at run time from the CPU's hwcaps); None for a build without the patch."""
+    return _call("ggml_cpu_sbq4_variant")
 
 
 def sbk_variant() -> int | None:
     """The small-batch Q4_K/Q6_K/Q8_0 kernel that runs in the installed build (same numbering as
     ``sbq4_variant``: on aarch64, 5 where the CPU has i8mm, else 4); None for a build without it."""
-    lib = _cpu_lib()
-    fn = getattr(lib, "ggml_cpu_sbk_variant", None) if lib is not None else None
-    return int(fn()) if fn is not None else None
+    return _call("ggml_cpu_sbk_variant")
 
 
 def _exports(symbol: str) -> bool:
@@ -259,19 +230,23 @@ def _exports(symbol: str) -> bool:
     return lib is not None and getattr(lib, symbol, None) is not None
 
 
+def _call(symbol: str, restype=ctypes.c_int):
+    """``symbol()`` of the installed libggml-cpu; None where the build does not export it."""
+    lib = _cpu_lib()
+    fn = getattr(lib, symbol, None) if lib is not None else None
+    if fn is not None:
+        fn.restype = restype
+    return fn() if fn is not None else None
+
+
 def built_patch_id() -> str | None:
     """The patch_id() the installed build was made from; None for a build without it (upstream, or older)."""
-    lib = _cpu_lib()
-    fn = getattr(lib, PATCH_ID_SYMBOL, None) if lib is not None else None
-    if fn is None:
-        return None
-    fn.restype = ctypes.c_char_p
-    return fn().decode()
+    v = _call(PATCH_ID_SYMBOL, ctypes.c_char_p)
+    return v.decode() if v is not None else None
 
 
 def has_sbkx8() -> bool:
-    """Whether the build carries sbkx8.cpp: the fast mode's repacked Q4_K (Q4_K_M files) through the
-    n-invariant small-batch kernel, so that mode verifies exactly too."""
+    """Whether the build carries sbkx8.cpp: the fast mode's repacked Q4_K (Q4_K_M files), rows bit-identical."""
     return _exports("sbk_q4kx8_gemm")
 
 
@@ -281,14 +256,12 @@ def has_sbq6x8() -> bool:
 
 
 def has_q8k() -> bool:
-    """Whether the build carries q8k.cpp: x86 Q8_K activations (every Q4_K and Q6_K product's) quantized with
-    AVX2, the bytes of ggml's scalar reference."""
+    """Whether the build carries q8k.cpp: x86 Q8_K activations quantized with AVX2 (the scalar reference's bytes)."""
     return _exports("sbk_quantize_q8_K")
 
 
 def has_fa_invariant() -> bool:
-    """Whether the build carries fa-hook.patch: flash attention's rows bit-identical to decoding (a single row
-    no longer splits the KV cache over threads), so the engines can run with it on the CPU."""
+    """Whether the build carries fa-hook.patch: flash attention's rows bit-identical to decoding on the CPU."""
     return _exports("ggml_sbk_fa_rows_invariant")
 
 
@@ -320,87 +293,26 @@ def sbq4_active() -> int:
     return 0 if _sbq4_off() else sbq4_variant() or 0
 
 
-# ------------------------------------------------------------- the patched sources
-def _sha256(path: str) -> str:  # models.sha256_file's twin: this file runs before omnidraft is installed
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _download_sdist(dest: str) -> str:
-    name = os.path.join(dest, f"llama_cpp_python-{VERSION}.tar.gz")
-    if os.path.isfile(name) and _sha256(name) != SDIST_SHA256:
-        os.remove(name)  # a partial or foreign file: pip would keep it as "already downloaded"
-    if not os.path.isfile(name):
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                        "-d", dest, f"llama-cpp-python=={VERSION}"], check=True)
-    if _sha256(name) != SDIST_SHA256:
-        raise SystemExit(f"{name}: sha256 differs from the pinned {SDIST_SHA256}")
-    return name
-
-
-def _apply(patch: str, tree: str) -> None:
-    """Apply a unified diff with patch(1), or git apply where patch is missing."""
-    if shutil.which("patch"):
-        cmd = ["patch", "-p1", "--forward", "--quiet", "-i", patch]
-    else:
-        cmd = ["git", "apply", "-p1", patch]
-    subprocess.run(cmd, cwd=tree, check=True)
-
-
-def extract(sdist: str, dest: str) -> str:
-    """A clean extract of the pinned sdist in ``dest`` (the patch applies once); the tree's path."""
-    tree = os.path.join(dest, f"llama_cpp_python-{VERSION}")
-    shutil.rmtree(tree, ignore_errors=True)
-    with tarfile.open(sdist) as tar:
-        tar.extractall(dest, filter="data")
-    return tree
-
-
-def patch_id() -> str:
-    """A short hash of every kernel file and hook setup builds in, names included."""
-    h = hashlib.sha256()
-    for name in KERNEL_FILES + HOOKS:
-        with open(os.path.join(PATCH_DIR, name), "rb") as f:
-            h.update(name.encode() + b"\0" + f.read() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def patch_tree(tree: str) -> None:
-    """Put the kernels into an extracted source tree: their files, then the hooks, then the sources' id."""
-    for name in KERNEL_FILES:
-        shutil.copy(os.path.join(PATCH_DIR, name), os.path.join(tree, GGML_CPU, name))
-    for name in HOOKS:
-        _apply(os.path.join(PATCH_DIR, name), tree)
-    with open(os.path.join(tree, GGML_CPU, "sbq4.cpp"), "a") as f:  # built on every platform the patch serves
-        f.write(f'\n// appended by omnidraft/llama/build.py (patch_tree): the kernel sources this build came from\n'
-                f'extern "C" const char * {PATCH_ID_SYMBOL}(void) {{ return "{patch_id()}"; }}\n')
-
-
-def prepare_source(dest: str) -> str:
-    """The pinned llama-cpp-python sources with the small-batch kernel, ready for ``pip install DIR``."""
-    os.makedirs(dest, exist_ok=True)
-    tree = extract(_download_sdist(dest), dest)
-    patch_tree(tree)
-    return tree
+def kernel_problems() -> list[str]:
+    """Why the installed build is not the patched one setup makes here (empty: it is, from these sources)."""
+    if not sbq4_wanted():
+        return []
+    if sbq4_variant() is None or sbk_variant() is None or not has_sbkx8() or not has_sbq6x8() or \
+            (is_x86() and not has_q8k()) or not has_fa_invariant():
+        return ["built without omnidraft's small-batch kernels (or without the repacked Q4_K / Q6_K ones, "
+                "the AVX2 Q8_K quantizer or the flash-attention hook)"]
+    if not has_frhead():
+        return ["built without omnidraft's frequency-ranked drafter head (frhead.patch)"]
+    if built_patch_id() != patch_id():
+        return [f"built from other kernel sources ({built_patch_id() or 'unmarked'}) than "
+                f"backend/omnidraft/llama/patch/ holds now ({patch_id()})"]
+    return []
 
 
 def main(argv: list[str]) -> int:
     cmd = argv[0] if argv else "check"
     if cmd == "check":  # setup's question: is a (re)build needed?
-        why = problems()
-        if not why and sbq4_wanted() and (sbq4_variant() is None or sbk_variant() is None or not has_sbkx8()
-                                          or not has_sbq6x8() or (is_x86() and not has_q8k())
-                                          or not has_fa_invariant()):
-            why = ["built without omnidraft's small-batch kernels (or without the repacked Q4_K / Q6_K ones, "
-                   "the AVX2 Q8_K quantizer or the flash-attention hook)"]
-        elif not why and sbq4_wanted() and not has_frhead():
-            why = ["built without omnidraft's frequency-ranked drafter head (frhead.patch)"]
-        elif not why and sbq4_wanted() and built_patch_id() != patch_id():
-            why = [f"built from other kernel sources ({built_patch_id() or 'unmarked'}) than "
-                   f"backend/omnidraft/llama/patch/ holds now ({patch_id()})"]
+        why = problems() or kernel_problems()
         for line in why:
             print(f"llama.cpp build: {line}", file=sys.stderr)
         return 0 if not why else 1

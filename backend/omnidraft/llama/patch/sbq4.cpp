@@ -186,8 +186,8 @@ inline __m256i block_sum(__m256i l0, __m256i l1, __m256i h0, __m256i h1, const s
     const __m256i a0 = _mm256_set1_epi64x(load64(a->qs + 0)), a1 = _mm256_set1_epi64x(load64(a->qs + 8));
     const __m256i a2 = _mm256_set1_epi64x(load64(a->qs + 16)), a3 = _mm256_set1_epi64x(load64(a->qs + 24));
 #if SBQ4_VARIANT == 1
-    // Plain AVX2 has no vpdpbusd, and on cores with one vector multiplier (Zen 1/Zen 2: a ymm vpmaddubsw or
-    // vpmaddwd takes it twice) the multiplies bound the pass.  So the four vpmaddubsw products are added in
+    // Plain AVX2 has no vpdpbusd, and where a core has one vector integer multiplier (Zen 1: a ymm vpmaddubsw
+    // or vpmaddwd takes it twice, scripts/lab/mulport.c) the multiplies bound the pass.  So the four vpmaddubsw products are added in
     // 16 bits and widened by one vpmaddwd: 5 multiplies a block and row instead of 8.  Exact: a pair sum is
     // at most 2 * 15 * 127 = 3,810 in magnitude (activations are -127..127), four of them 15,240 < 32,767,
     // so each lane holds the same integer as before and every output keeps its bits.
@@ -224,7 +224,7 @@ void group_rows(const uint8_t * w0, const sbq4_act * act, int64_t nb, float * ds
         }
         for (int64_t b = 0; b < nb; b++, w += GROUP_BYTES) {
             if (half0 == 0) {
-                prefetch_block(w);
+                prefetch_block(w);  // a second pass (H = 1) finds the group's blocks in cache
             }
             for (int h = 0; h < H; h++) {
                 const int half = half0 + h;
