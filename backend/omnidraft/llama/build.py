@@ -224,19 +224,24 @@ def sbk_variant() -> int | None:
     return _call("ggml_cpu_sbk_variant")
 
 
+def _symbol(name: str):
+    """The installed libggml-cpu's function ``name``; None where the build does not export it."""
+    lib = _cpu_lib()
+    return getattr(lib, name, None) if lib is not None else None
+
+
 def _exports(symbol: str) -> bool:
     """Whether the installed libggml-cpu exports ``symbol`` (how a patched build is told from an older one)."""
-    lib = _cpu_lib()
-    return lib is not None and getattr(lib, symbol, None) is not None
+    return _symbol(symbol) is not None
 
 
 def _call(symbol: str, restype=ctypes.c_int):
     """``symbol()`` of the installed libggml-cpu; None where the build does not export it."""
-    lib = _cpu_lib()
-    fn = getattr(lib, symbol, None) if lib is not None else None
-    if fn is not None:
-        fn.restype = restype
-    return fn() if fn is not None else None
+    fn = _symbol(symbol)
+    if fn is None:
+        return None
+    fn.restype = restype
+    return fn()
 
 
 def built_patch_id() -> str | None:
@@ -303,9 +308,10 @@ def kernel_problems() -> list[str]:
                 "the AVX2 Q8_K quantizer or the flash-attention hook)"]
     if not has_frhead():
         return ["built without omnidraft's frequency-ranked drafter head (frhead.patch)"]
-    if built_patch_id() != patch_id():
-        return [f"built from other kernel sources ({built_patch_id() or 'unmarked'}) than "
-                f"backend/omnidraft/llama/patch/ holds now ({patch_id()})"]
+    built, here = built_patch_id(), patch_id()
+    if built != here:
+        return [f"built from other kernel sources ({built or 'unmarked'}) than backend/omnidraft/llama/patch/ "
+                f"holds now ({here})"]
     return []
 
 
