@@ -289,8 +289,75 @@ inline __m256i offset_scales(const int8_t * sc, int u, int h) {
     return _mm256_mullo_epi16(_mm256_cvtepi8_epi16(b), _mm256_set1_epi16(-32));
 }
 
+// The integer sums of halves h0..h0 + H - 1 for N activation rows (s[h - h0][j]), exact in any order.  Both halves
+// need the same activation broadcasts and scale bytes.  Taken one half at a time, GCC hoisted those loads out of
+// the half loop and spilled them to the stack: one row paid 72 stores and 113 reloads a block (195 stack operands
+// in 855 instructions), on Zen 1 a store port taking a ymm store as two micro-ops.  So a few rows (up to
+// SBQ6X8_BOTH_ROWS: 4 weight vectors, 2 scale vectors and 2N sums live) take both halves in one sweep (H = 2), and
+// more rows one half at a time behind a compiler fence that keeps each half's loads in it.  llvm-mca -mcpu=znver1,
+// cycles a block for 1 / 2 / 3 / 4 / 8 rows: 431 / 542 / 667 / 814 / 1469 before, 309 / 394 / 499 / 714 / 1301.
+template <int N, int H>
+inline void half_sums(const uint8_t * x, const int8_t * sc, const uint8_t * const * y, int h0, __m256i (*s)[N]) {
+    __asm__ volatile("" ::: "memory");  // the fence: no load moves across it
+    SBQ6X8_UNROLL
+    for (int h = 0; h < H; h++) {
+        SBQ6X8_UNROLL
+        for (int j = 0; j < N; j++) {
+            s[h][j] = _mm256_setzero_si256();
+        }
+    }
+    SBQ6X8_UNROLL
+    for (int c = 0; c < 2; c++) {
+        SBQ6X8_UNROLL
+        for (int tp = 0; tp < 2; tp++) {
+            SBQ6X8_UNROLL
+            for (int k = 0; k < 4; k++) {
+                const __m128i sb = _mm_loadl_epi64((const __m128i *) (sc + 8 * (8 * c + 2 * k + tp)));
+                __m256i qa[H], qb[H], sg[H];
+                SBQ6X8_UNROLL
+                for (int h = 0; h < H; h++) {
+                    qa[h] = weights(x, c, 2 * tp, h0 + h, k), qb[h] = weights(x, c, 2 * tp + 1, h0 + h, k);
+                    sg[h] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sb, load128(Y.sidx[h0 + h])));
+                }
+                SBQ6X8_UNROLL
+                for (int j = 0; j < N; j++) {
+                    const uint8_t * a = y[j] + 4 + 128 * c + 32 * k + 16 * tp;
+                    const __m256i ba = _mm256_set1_epi64x(bytes8(a)), bb = _mm256_set1_epi64x(bytes8(a + 8));
+                    SBQ6X8_UNROLL
+                    for (int h = 0; h < H; h++) {
+                        const __m256i pa = _mm256_maddubs_epi16(qa[h], ba), pb = _mm256_maddubs_epi16(qb[h], bb);
+                        s[h][j] = dot_i16(s[h][j], _mm256_add_epi16(pa, pb), sg[h]);
+                    }
+                }
+            }
+        }
+    }
+    SBQ6X8_UNROLL
+    for (int u = 0; u < 4; u++) {
+        const __m256i bi = load256(Y.bidx[u]);
+        __m256i o[H];
+        SBQ6X8_UNROLL
+        for (int h = 0; h < H; h++) {
+            o[h] = offset_scales(sc, u, h0 + h);
+        }
+        SBQ6X8_UNROLL
+        for (int j = 0; j < N; j++) {
+            const __m256i bs = _mm256_permutevar8x32_epi32(load256(y[j] + 4 + 256), bi);
+            SBQ6X8_UNROLL
+            for (int h = 0; h < H; h++) {
+                s[h][j] = dot_i16(s[h][j], o[h], bs);
+            }
+        }
+    }
+}
+
+#ifndef SBQ6X8_BOTH_ROWS
+#define SBQ6X8_BOTH_ROWS 3  // from 4 rows the sums alone (16) fill the registers
+#endif
+
 template <int N>
 void group(const uint8_t * x, const uint8_t * act, size_t stride, int64_t nb, float * out, size_t ostride) {
+    constexpr int H = N <= SBQ6X8_BOTH_ROWS ? 2 : 1;  // halves a sweep
     __m256 acc[N][2];
     SBQ6X8_UNROLL
     for (int j = 0; j < N; j++) {
@@ -310,47 +377,19 @@ void group(const uint8_t * x, const uint8_t * act, size_t stride, int64_t nb, fl
             memcpy(&dy[j], y[j], 4);
         }
         SBQ6X8_UNROLL
-        for (int h = 0; h < 2; h++) {
-            __m256i s[N];
+        for (int h0 = 0; h0 < 2; h0 += H) {
+            __m256i s[H][N];
+            half_sums<N, H>(x, sc, y, h0, s);
             SBQ6X8_UNROLL
-            for (int j = 0; j < N; j++) {
-                s[j] = _mm256_setzero_si256();
-            }
-            SBQ6X8_UNROLL
-            for (int u = 0; u < 4; u++) {
-                const __m256i o = offset_scales(sc, u, h);
-                const __m256i bi = load256(Y.bidx[u]);
+            for (int h = h0; h < h0 + H; h++) {
+                const __m256 d = _mm256_permutevar8x32_ps(d8, h == 0 ? _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)
+                                                                     : _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
                 SBQ6X8_UNROLL
                 for (int j = 0; j < N; j++) {
-                    s[j] = dot_i16(s[j], o, _mm256_permutevar8x32_epi32(load256(y[j] + 4 + 256), bi));
+                    const __m256i tot = _mm256_add_epi32(s[h - h0][j], _mm256_shuffle_epi32(s[h - h0][j], 0xB1));
+                    acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_mul_ps(d, _mm256_set1_ps(dy[j])),
+                                                acc[j][h]);
                 }
-            }
-            SBQ6X8_UNROLL
-            for (int c = 0; c < 2; c++) {
-                SBQ6X8_UNROLL
-                for (int tp = 0; tp < 2; tp++) {
-                    SBQ6X8_UNROLL
-                    for (int k = 0; k < 4; k++) {
-                        const __m256i qa = weights(x, c, 2 * tp, h, k), qb = weights(x, c, 2 * tp + 1, h, k);
-                        const __m128i sb = _mm_loadl_epi64((const __m128i *) (sc + 8 * (8 * c + 2 * k + tp)));
-                        const __m256i sg = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sb, load128(Y.sidx[h])));
-                        SBQ6X8_UNROLL
-                        for (int j = 0; j < N; j++) {
-                            const uint8_t * a = y[j] + 4 + 128 * c + 32 * k + 16 * tp;
-                            const __m256i pa = _mm256_maddubs_epi16(qa, _mm256_set1_epi64x(bytes8(a)));
-                            const __m256i pb = _mm256_maddubs_epi16(qb, _mm256_set1_epi64x(bytes8(a + 8)));
-                            s[j] = dot_i16(s[j], _mm256_add_epi16(pa, pb), sg);
-                        }
-                    }
-                }
-            }
-            const __m256 d = _mm256_permutevar8x32_ps(d8, h == 0 ? _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)
-                                                                 : _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
-            SBQ6X8_UNROLL
-            for (int j = 0; j < N; j++) {
-                const __m256i tot = _mm256_add_epi32(s[j], _mm256_shuffle_epi32(s[j], 0xB1));  // row sums
-                acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_mul_ps(d, _mm256_set1_ps(dy[j])),
-                                            acc[j][h]);
             }
         }
     }
