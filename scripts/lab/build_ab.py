@@ -1,0 +1,76 @@
+"""T(n) of one file through two llama.cpp builds, one process per build and round, alternated: what a kernel change
+does to the product's Engine on a VM whose pace drifts (a build is a directory holding a ``llama_cpp`` package,
+e.g. a copy of .venv's taken before `make setup` rebuilt it; the other is the .venv's own).
+
+    cp -r .venv/lib/python3.11/site-packages/llama_cpp /tmp/before/   # before the rebuild
+    .venv/bin/python scripts/lab/build_ab.py --before /tmp/before --file qwen2.5-coder-1.5b --rounds 5 \\
+        --out results/.../engine-ab.jsonl
+
+Each process decodes a short code prompt, then times passes of n tokens at its end (rolled back after each), and
+prints one JSON line: the median ms for every n.  The summary takes the median over rounds.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3
+
+
+def child(file: str, ns: list[int], passes: int) -> None:
+    import llama_cpp
+
+    from omnidraft.assets import models
+    from omnidraft.llama.engine import Engine, EngineConfig
+
+    e = Engine(models.resolve(file), EngineConfig(n_threads=2, n_ctx=1024, batch_invariant=False))
+    prompt = e.tokenize(PROMPT)
+    e.decode(prompt)
+    times: dict[int, list[float]] = {n: [] for n in ns}
+    for r in range(passes):
+        for n in ns:
+            t = time.perf_counter()
+            e.decode(prompt[r % 7: r % 7 + n], "all")
+            times[n].append(time.perf_counter() - t)
+            e.rollback(len(prompt))
+    print(json.dumps({"build": os.path.dirname(llama_cpp.__file__),
+                      **{f"T({n})": round(statistics.median(v) * 1e3, 2) for n, v in times.items()}}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", help="directory holding the other build's llama_cpp package (required)")
+    ap.add_argument("--file", default="qwen2.5-coder-1.5b", help="model name or .gguf path (fast mode)")
+    ap.add_argument("--n", default="1,2,4,8", help="pass sizes")
+    ap.add_argument("--passes", type=int, default=40, help="timed passes per n and process")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", help="JSON lines, one per process")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    ns = [int(x) for x in a.n.split(",")]
+    if a.child:
+        return child(a.file, ns, a.passes)
+    if not a.before:
+        ap.error("--before is required")
+    rows = []
+    for r in range(a.rounds):
+        for label, path in (("before", a.before), ("after", "")):
+            env = dict(os.environ, PYTHONPATH=path)
+            out = subprocess.run([sys.executable, __file__, "--child", "--file", a.file, "--n", a.n,
+                                  "--passes", str(a.passes)], env=env, capture_output=True, text=True, check=True)
+            rows.append({"label": label, "round": r, **json.loads(out.stdout.strip().splitlines()[-1])})
+            print(json.dumps(rows[-1]), flush=True)
+    for label in ("before", "after"):
+        med = {f"T({n})": statistics.median(x[f"T({n})"] for x in rows if x["label"] == label) for n in ns}
+        print(label, "medians over rounds (ms):", med)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.writelines(json.dumps(x) + "\n" for x in rows)
+
+
+if __name__ == "__main__":
+    main()
