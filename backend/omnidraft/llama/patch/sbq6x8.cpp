@@ -291,11 +291,12 @@ inline __m256i offset_scales(const int8_t * sc, int u, int h) {
 
 // The integer sums of halves h0..h0 + H - 1 for N activation rows (s[h - h0][j]), exact in any order.  Both halves
 // need the same activation broadcasts and scale bytes.  Taken one half at a time, GCC hoisted those loads out of
-// the half loop and spilled them to the stack: one row paid 72 stores and 113 reloads a block (195 stack operands
-// in 855 instructions), on Zen 1 a store port taking a ymm store as two micro-ops.  So a few rows (up to
+// the half loop and spilled them to the stack: 195 stack operands in a one-row block's 844 instructions, on Zen 1
+// a store port taking a ymm store as two micro-ops.  So a few rows (up to
 // SBQ6X8_BOTH_ROWS: 4 weight vectors, 2 scale vectors and 2N sums live) take both halves in one sweep (H = 2), and
-// more rows one half at a time behind a compiler fence that keeps each half's loads in it.  llvm-mca -mcpu=znver1,
-// cycles a block for 1 / 2 / 3 / 4 / 8 rows: 431 / 542 / 667 / 814 / 1469 before, 309 / 394 / 499 / 714 / 1301.
+// more rows one half at a time behind a compiler fence that keeps each half's loads in it.  llvm-mca -mcpu=znver1
+// (scripts/lab/kernel_mca.sh), cycles a block for 1 / 2 / 3 / 4 / 8 rows: 430 / 546 / 677 / 818 / 1468 before,
+// 308 / 393 / 498 / 713 / 1300.
 template <int N, int H>
 inline void half_sums(const uint8_t * x, const int8_t * sc, const uint8_t * const * y, int h0, __m256i (*s)[N]) {
     __asm__ volatile("" ::: "memory");  // the fence: no load moves across it
