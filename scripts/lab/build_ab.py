@@ -18,16 +18,13 @@ import subprocess
 import sys
 import time
 
-PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n" * 3
+from decode_t1 import PROMPT, engines  # the same prompt and fast-mode engine as the in-process comparisons
 
 
 def child(file: str, ns: list[int], passes: int) -> None:
     import llama_cpp
 
-    from omnidraft.assets import models
-    from omnidraft.llama.engine import Engine, EngineConfig
-
-    e = Engine(models.resolve(file), EngineConfig(n_threads=2, n_ctx=1024, batch_invariant=False))
+    (e,) = engines([file], ("fast",)).values()
     prompt = e.tokenize(PROMPT)
     e.decode(prompt)
     times: dict[int, list[float]] = {n: [] for n in ns}
