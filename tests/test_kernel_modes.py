@@ -152,6 +152,43 @@ def test_a_small_target_reads_long_prompts_in_small_batches_and_stays_lossless(d
     assert final.stats.proposed > 0 and final.token_ids == target_reference(s.target, pin, params)
 
 
+def test_prompts_are_read_in_rows_only_where_that_was_measured_faster():
+    """The 1.5B q4_0_pure's 64-token read on the 2-core Zen 1 (fast kernels): 2.7 s in 8-row passes, 3.7 s in
+    one batch; its exact kernels the other way round; within READ_MARGIN or unmeasured (a GPU): whole batches."""
+    fid = lambda batch, rows: Fidelity("fast", 8, 0.0, 0, 70, {}, {"batch": batch, "rows": rows})  # noqa: E731
+    assert fid(3.7, 2.7).read_rows == invariance.READ_ROWS
+    assert fid(2.3, 2.6).read_rows == 0
+    assert fid(1.0, 0.97).read_rows == 0  # inside the margin: nothing to gain worth a change of path
+    assert Fidelity("fast", 8, 0.0, 0, 70).read_rows == 0
+
+
+def test_a_prompt_read_in_rows_leaves_the_state_of_a_token_by_token_read(default_session, monkeypatch):
+    """The target reads a prompt READ_ROWS tokens a pass where its start-up measured that faster (load_target sets
+    ``read_rows`` from the cached fidelity, whose read was timed both ways).  Rows of up to 8 are bit-identical to
+    one-token decoding, so such a read leaves the logits a token-by-token read does, bit for bit."""
+    s = default_session
+    eng = s.target
+    fid = invariance.lookup(eng.path, eng.config, eng.mode, s.state_dir / "invariance.json")
+    assert fid is not None and fid.t_read["batch"] > 0 and fid.t_read["rows"] > 0
+    assert eng.read_rows == fid.read_rows
+    if s.plan.max_batch < invariance.READ_ROWS or s.plan.guard:
+        pytest.skip(f"{eng.mode} rows are bit-identical only up to {s.plan.max_batch} here")
+    ids = eng.tokenize(inspect.getsource(textwrap.dedent)[:400])
+    assert len(ids) > 3 * invariance.READ_ROWS
+    eng.reset()
+    for t in ids:
+        one = eng.decode([t], "last")[0].copy()
+    sizes: list[int] = []
+    chunk = eng._decode_chunk
+    monkeypatch.setattr(eng, "_decode_chunk", lambda c, want: (sizes.append(len(c)), chunk(c, want)))
+    monkeypatch.setattr(eng, "read_rows", invariance.READ_ROWS)
+    eng.reset()
+    rows = eng.decode(ids, "last")[0].copy()
+    eng.reset()
+    assert max(sizes) == eng.read_rows and sum(sizes) == len(ids)
+    assert np.array_equal(rows, one)
+
+
 def test_auto_on_the_real_target_picks_a_verifying_mode_and_caches_both_fidelities(default_session):
     """``auto`` on the suite's real target: the session runs fast kernels (named in conftest), so auto measures
     the exact mode it lacks, keeps both fidelities in the state dir, and picks a mode whose batches verify."""

@@ -198,6 +198,7 @@ class Engine:
         # llama.cpp caps a batch at the context asked for (n_ctx 300: batches of 300 in a 512-token context);
         # a longer chunk aborts the process (GGML_ASSERT n_tokens_all <= n_batch), so chunks stay within it
         self.n_batch = min(cfg.n_batch, llama_cpp.llama_n_batch(self._ctx))
+        self.read_rows = 0  # tokens a pass of a long decode takes (0: n_batch); see invariance.READ_ROWS
 
     def _read_vocab(self) -> None:
         v = self.vocab
@@ -334,7 +335,6 @@ class Engine:
 
     def decode(self, ids: Sequence[int], logits_for: Sequence[int] | str = "last") -> np.ndarray:
         """Append ``ids`` to the KV cache; return logits rows for the chosen indices of ``ids``.
-
         ``logits_for`` is a list of indices into ``ids``, "last", "all" or "none".
         The returned array is a view into llama.cpp's buffer: valid until the next decode.
         """
@@ -345,9 +345,9 @@ class Engine:
             raise ContextOverflow(f"{self.n_past + n} tokens exceed the context window of {self.n_ctx}")
         rows = _rows(logits_for, n)
         parts: list[np.ndarray] = []
-        done = 0
-        while done < n:  # chunks of n_batch; only chunks holding wanted rows ask for logits
-            chunk = ids[done: done + self.n_batch]
+        done, step = 0, min(self.read_rows or self.n_batch, self.n_batch)
+        while done < n:  # chunks of n_batch (or read_rows); only chunks holding wanted rows ask for logits
+            chunk = ids[done: done + step]
             want = [r - done for r in rows if done <= r < done + len(chunk)]
             self._decode_chunk(chunk, want)
             if want:

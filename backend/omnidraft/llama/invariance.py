@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -36,7 +37,7 @@ PROBE_TEXT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\
               "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n")
 GUARD_MAX_BOUND = 1e-3  # larger measured differences: the mode never verifies
 GUARD_SAFETY = 100.0    # a guarded mode re-decodes decisions closer than this multiple of the bound
-VERSION = 3             # of the cache entries below (3: pass times are the fastest of TIMING_ROUNDS)
+VERSION = 4             # of the cache entries below (3: pass times are the fastest of TIMING_ROUNDS; 4: read_rows)
 
 # The target's llama.cpp batch (and ubatch) on a CPU.  Verification passes are a few rows; only prompts are long,
 # and llama.cpp's working set for a prompt chunk grows with the ubatch (activations, attention scores).  With a
@@ -58,6 +59,17 @@ TIMING_ROUNDS = 5
 # and three starts chose exact, fast, fast).
 RETIME_ROUNDS = 3
 SCORE_TIE = 0.03  # modes scoring this close are a tie, kept by the faster one-token decode (what runs alone)
+# How a prompt is read.  llama.cpp takes a long batch through ggml's large-batch products, but where the build's
+# small-batch kernels do more per row, reading READ_ROWS tokens a pass is faster: 400 tokens of the 1.5B on the
+# 2-core Zen 1 (AVX2 only, fast kernels) took 14.8 s in 8-row passes against 22.9 s in one batch (q4_0_pure) and
+# 14.2-15.2 against 17.9-18.4 s (Q4_K_M); its exact kernels were slower so (20.8 against 18.4 s), the 0.5B
+# about even (7.0 against 7.2 s).  So each mode times READ_PROBE tokens both ways once (a 64-token batch reads at
+# the 512-token one's rate there) and reads in rows only where that is READ_MARGIN faster.  Rows of up to 8 are
+# bit-identical to one-token decoding in the fast mode, so such a read also leaves the state a token-by-token read
+# would.
+READ_ROWS = 8
+READ_PROBE = 64
+READ_MARGIN = 0.05
 
 
 @dataclass
@@ -68,12 +80,20 @@ class Fidelity:
     flips: int          # rows whose argmax changed
     positions: int      # rows compared
     t_pass: dict = field(default_factory=dict)  # n rows -> median seconds of one pass (str keys in JSON)
+    t_read: dict = field(default_factory=dict)  # READ_PROBE tokens read in one batch ("batch") / READ_ROWS a pass
 
     def t(self, n: int) -> float:
         return float(self.t_pass.get(str(n), self.t_pass.get(n, 0.0)))
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def read_rows(self) -> int:
+        """Tokens a prompt pass takes: READ_ROWS where that read was measured READ_MARGIN faster, else 0 (the
+        engine's whole batch)."""
+        batch, rows = self.t_read.get("batch", 0.0), self.t_read.get("rows", 0.0)
+        return READ_ROWS if 0 < rows < (1 - READ_MARGIN) * batch else 0
 
 
 @dataclass
@@ -130,8 +150,28 @@ def measure(engine: Engine, max_n: int = 8, prefixes: tuple[int, ...] = (37, 250
         best, bound, flips, positions = min(best, n), max(bound, b), flips + f, positions + p
     t_pass = {str(n): min(v) for n, v in sample_passes(engine, range(1, max_n + 1), TIMING_ROUNDS).items()} \
         if timing else {}
+    t_read = time_reads(engine) if timing else {}
     engine.reset()
-    return Fidelity(engine.mode, best, bound, flips, positions, t_pass)
+    return Fidelity(engine.mode, best, bound, flips, positions, t_pass, t_read)
+
+
+def time_reads(engine: Engine) -> dict:
+    """Seconds to read READ_PROBE prompt tokens in one batch and READ_PROBE / READ_ROWS passes (READ_ROWS'
+    comment); {} where the engine cannot take the whole probe in one batch, or runs on a GPU (where large
+    batches are what makes prompts fast)."""
+    if engine.n_batch < READ_PROBE or engine.config.n_gpu_layers:
+        return {}
+    ids = engine.tokenize(PROBE_TEXT)
+    ids = (ids * (READ_PROBE // len(ids) + 1))[:READ_PROBE]
+    out = {}
+    for way, step in (("batch", READ_PROBE), ("rows", READ_ROWS)):
+        engine.reset()
+        t0 = time.perf_counter()
+        for i in range(0, READ_PROBE, step):
+            engine.decode(ids[i:i + step], "none")
+        out[way] = time.perf_counter() - t0
+    engine.reset()
+    return out
 
 
 def _measure_at(engine: Engine, prefix: list[int], seq: list[int]) -> tuple[int, float, int, int]:
@@ -167,8 +207,10 @@ def cached_measure(engine: Engine, cache_file: Path | None, max_n: int = 8) -> F
 def retimed(engine: Engine, fid: Fidelity, cache_file: Path | None) -> Fidelity:
     """``fid`` with each pass time the faster of its own and a new sample (stored)."""
     again = sample_passes(engine, sorted(int(n) for n in fid.t_pass), RETIME_ROUNDS)
+    reads = time_reads(engine) if fid.t_read else {}
     engine.reset()
-    fid = replace(fid, t_pass={str(n): min(fid.t(n), min(v)) for n, v in again.items()})
+    fid = replace(fid, t_pass={str(n): min(fid.t(n), min(v)) for n, v in again.items()},
+                  t_read={w: min(t, reads.get(w, t)) for w, t in fid.t_read.items()})
     _store(engine, fid, cache_file)
     return fid
 
@@ -276,10 +318,20 @@ def load_target(path: Path, n_ctx: int, threads: int, kernels: str, cache: Path,
             mode = KernelMode.EXACT
         _only(engines, mode, path, cfg)
         engine = engines.pop(mode)
-        plan = plans.get(mode) or plan_for(cached_measure(engine, cache))
+        fid = fids.get(mode) or cached_measure(engine, cache)
+        plan = plans.get(mode) or plan_for(fid)
     finally:
         for e in engines.values():
             e.close()
-    log.info("target %s: %s kernels, verification batches of up to %d%s", path.name, mode, plan.max_batch,
-             f", near-tie guard {plan.guard:.2g}" if plan.guard else " (bit-identical)")
+    engine.read_rows = fid.read_rows
+    log.info("target %s: %s kernels, verification batches of up to %d%s%s", path.name, mode, plan.max_batch,
+             f", near-tie guard {plan.guard:.2g}" if plan.guard else " (bit-identical)", _read_note(fid))
     return engine, plan
+
+
+def _read_note(fid: Fidelity) -> str:
+    if not fid.t_read:
+        return ""
+    how = f"{READ_ROWS} tokens a pass" if fid.read_rows else "in whole batches"
+    return (f"; prompts read {how} ({READ_PROBE} tokens: {fid.t_read['rows']:.2f} s {READ_ROWS} a pass, "
+            f"{fid.t_read['batch']:.2f} s in one)")
