@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from omnidraft.apps import adapt_report  # noqa: E402
 from omnidraft.apps.adapt import run  # noqa: E402
 from omnidraft.apps.adapt_config import AdaptConfig  # noqa: E402
 from omnidraft.assets.prompts import Item, PromptSet  # noqa: E402
@@ -52,6 +53,40 @@ def set_drift(tmp_path_factory):
                           eval_with_cache=True)[2:]
 
 
+def test_recovery_reads_a_target_drift_against_the_control_on_the_target_in_use():
+    """Goal 3's figures as ``omnidraft adapt`` prints them, on points shaped like the device run of the 1.5B ->
+    0.5B switch (acceptance in %, controls 31.4 on the 1.5B and 39.0 on the 0.5B): +4.3 points at the switch, back
+    within 2 points 16 requests after it, where the first adaptation took 128 to come within 2 of +4.3."""
+    ctl = lambda t, a: {"target": t, "acceptance": a / 100}  # noqa: E731
+    pt = lambda n, t, a: {"prompts": n, "target": t, "acceptance": a / 100, "measured": True}  # noqa: E731
+    curve = [pt(0, "1.5b", 31.6), pt(64, "1.5b", 33.2), pt(128, "1.5b", 34.6), pt(256, "1.5b", 35.7),
+             pt(256, "0.5b", 39.7), pt(272, "0.5b", 41.4), pt(512, "0.5b", 41.1)]
+    drift = {"target": "0.5b", "at": 256, "control": ctl("0.5b", 39.0)}
+    rec = adapt_report.drift_recovery(curve, ctl("1.5b", 31.4), drift)
+    assert (rec["level"], rec["recovered_after"], rec["first_adaptation"], rec["met"]) == (4.3, 16, 128, True)
+    # read against the first target's control, the drop at the switch would be no drop at all: +8.3 points
+    wrong = adapt_report.drift_recovery(curve, ctl("1.5b", 31.4), {**drift, "control": ctl("0.5b", 31.4)})
+    assert wrong["recovered_after"] == 0
+    assert adapt_report.drift_recovery(curve, ctl("1.5b", 31.4), None) is None
+    assert adapt_report.drift_recovery(curve, ctl("1.5b", 31.4), drift, "with_cache") is None  # not measured so
+
+
+def test_recovery_of_a_set_drift_is_the_drift_sets_own_level_before_the_stream():
+    """A set drift: the drift set's acceptance before any stream is the level; its first point after the drift
+    within 2 points of it is the recovery; never back within the run is a miss."""
+    pt = lambda n, a: {"prompts": n, "acceptance": a / 100, "measured": True}  # noqa: E731
+    curve = [pt(0, 38.9), pt(64, 41.1), pt(256, 41.3), pt(512, 41.0)]
+    drift = {"set": "nl-fr", "at": 256, "curve": [pt(0, 34.2), pt(256, 31.6), pt(272, 31.9), pt(288, 34.1)],
+             "control": pt(0, 34.8)}
+    rec = adapt_report.drift_recovery(curve, pt(0, 39.0), drift)
+    assert (rec["kind"], rec["level"], rec["recovered_after"], rec["first_adaptation"]) == ("set", 34.2, 32, 64)
+    assert rec["met"]
+    drift["curve"] = drift["curve"][:3]
+    missed = adapt_report.drift_recovery(curve, pt(0, 39.0), drift)
+    assert missed["recovered_after"] is None and not missed["met"]
+    assert "not within the run" in adapt_report.recovery_lines(missed)[0]
+
+
 def test_a_drift_measures_both_sets_at_every_checkpoint(set_drift):
     result, printed = set_drift
     assert [p["prompts"] for p in result["curve"]] == [0, 2, 4]
@@ -61,6 +96,9 @@ def test_a_drift_measures_both_sets_at_every_checkpoint(set_drift):
                                                                              (4, "drift", "b")]
     assert len([line for line in printed.splitlines() if line.startswith("prompt ")]) == 4
     assert len(result["updates"]) == 2
+    rec = result["summary"]["drift_recovery"]  # goal 3, printed from an empty cache and from the stream's
+    assert rec["plain"]["kind"] == "set" and rec["plain"]["at"] == 2 and set(rec) == {"plain", "with_cache"}
+    assert "drift at 2 (set, an empty n-gram cache): back within 2 points" in printed
 
 
 def test_a_target_drift_goes_on_with_the_adapted_drafter_on_the_other_target(tmp_path_factory, monkeypatch):
@@ -78,6 +116,8 @@ def test_a_target_drift_goes_on_with_the_adapted_drafter_on_the_other_target(tmp
     assert (result["control"]["target"], result["drift"]["control"]["target"]) == (str(first), str(second))
     assert result["drift"]["control"]["prompts"] == 2
     assert f"target switched: {first} -> {second} (drafter v0001)" in printed
+    assert result["summary"]["drift_recovery"]["plain"]["kind"] == "target"
+    assert "drift at 2 (target, an empty n-gram cache): back within 2 points" in printed
     # an old domain's "after" runs on the new target, so its "before" is the control's there (on the device a
     # switch moved the old domains 4-7 points with no training at all); the first target's is kept beside it
     b = result["old"]["b"]
@@ -119,3 +159,5 @@ def test_checkpoints_between_updates_are_measured_and_a_target_drift_happens_the
                       (3, str(second), "v0001"), (4, str(second), "v0002")]
     assert len(result["updates"]) == 2  # one per interval, as without the checkpoints
     assert f"target switched: {first} -> {second} (drafter v0001)" in printed
+    assert result["summary"]["drift_recovery"]["plain"]["kind"] == "target"
+    assert "drift at 2 (target, an empty n-gram cache): back within 2 points" in printed

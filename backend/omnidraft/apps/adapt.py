@@ -67,7 +67,7 @@ from .adapt_drift import check_drift_target, control_point, switch_target
 from .adapt_items import Items, Prompt, load_drift, load_items, load_old, prompt_input
 from .adapt_procs import TrainerProcess, export_control
 from .adapt_report import plot as _report_plot
-from .adapt_report import summary, summary_lines
+from .adapt_report import drift_recovery, summary, summary_lines
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +328,9 @@ def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:
               "summary": _summary(r, updates, seconds),
               "heldout": r.items.heldout, "config": r.cfg.__dict__, "settings": r.settings.__dict__,
               "seconds": round(seconds, 1)}
+    result["summary"]["drift_recovery"] = {  # goal 3, from an empty n-gram cache and (if measured) the stream's
+        w: drift_recovery(r.curve, r.control, result["drift"], w)
+        for w in ("plain", "with_cache") if w == "plain" or r.cfg.eval_with_cache}
     for line in summary_lines(result["summary"]):
         print(line, flush=True)
     (out / "adapt.json").write_text(json.dumps(result, indent=1, default=str))

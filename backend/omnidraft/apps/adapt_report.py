@@ -47,6 +47,67 @@ def summary(curve: list[dict], control: dict | None, old: dict, updates: list[di
     return {"goals": GOALS, "measured": got, "met": met}
 
 
+def drift_recovery(curve: list[dict], control: dict | None, drift: dict | None, which: str = "plain",
+                   margin: float = GOALS["old_points"]) -> dict | None:
+    """Goal 3 of issue 43 for a drift run: how many requests after the drift ``at`` acceptance took to come back
+    within ``margin`` points of its level before the drift, against how many the first adaptation took to come
+    within ``margin`` of the level it had reached at the drift; met where the recovery was the shorter.
+
+    * a target drift: gains over the control on the target in use (the target alone moves acceptance by 4-8
+      points); the level is the gain at the switch on the first target, the first adaptation the first point after
+      0 on it within the margin of that level;
+    * a set drift: the drift set's acceptance before any stream is its level, the recovery its first point after
+      the drift within the margin; the first adaptation is the streamed set's first point within the margin of its
+      value at the drift.
+
+    ``which``: "plain" (each point from an empty n-gram cache) or "with_cache" (from the stream's). None where the
+    run had no drift, or the points to read it are missing."""
+    if not drift or control is None:
+        return None
+    at = drift["at"]
+
+    def acc(p: dict) -> float | None:
+        q = p if which == "plain" else p.get("with_cache")
+        return 100 * q["acceptance"] if q and q.get("measured", True) else None
+
+    if drift.get("target"):  # gains over the control on the target in use
+        new_target, new_control = drift["target"], drift.get("control")
+        if new_control is None:
+            return None
+        gains = [(p["prompts"], p["target"] == new_target,
+                  acc(p) - 100 * (new_control if p["target"] == new_target else control)["acceptance"])
+                 for p in curve if acc(p) is not None]
+        first = [(n, g) for n, new, g in gains if not new]
+        after = [(n, g) for n, new, g in gains if new]
+        level = reached = first[-1][1] if first else None
+    else:  # the drift set's own level before any stream; the streamed set's at the drift
+        series = [(p["prompts"], acc(p)) for p in drift.get("curve", []) if acc(p) is not None]
+        first = [(p["prompts"], acc(p)) for p in curve if acc(p) is not None and p["prompts"] <= at]
+        after = [(n, a) for n, a in series if n > at]
+        level = series[0][1] if series and series[0][0] == 0 else None
+        reached = first[-1][1] if first else None
+    if level is None or reached is None or not after:
+        return None
+    took = next((n for n, v in first if n > 0 and v >= reached - margin), None)
+    back = next((n - at for n, v in after if v >= level - margin), None)
+    return {"kind": "target" if drift.get("target") else "set", "at": at, "which": which, "margin": margin,
+            "level": round(level, 1), "first_adaptation": took, "recovered_after": back,
+            "met": back is not None and took is not None and back < took}
+
+
+def recovery_lines(rec: dict | None) -> list[str]:
+    if not rec:
+        return []
+    what = (f"{rec['level']:+.1f} points over the control at the switch" if rec["kind"] == "target"
+            else f"{rec['level']:.1f} % on the drift set before the stream")
+    back = "not within the run" if rec["recovered_after"] is None else f"after {rec['recovered_after']} requests"
+    took = "never within the run" if rec["first_adaptation"] is None else f"{rec['first_adaptation']} requests"
+    cache = "an empty n-gram cache" if rec["which"] == "plain" else "the stream's n-gram cache"
+    return [f"drift at {rec['at']} ({rec['kind']}, {cache}): back within {rec['margin']:.0f} points of its level "
+            f"({what}) {back}; the first adaptation took {took} (goal: fewer: "
+            f"{'met' if rec['met'] else 'NOT met'})"]
+
+
 def summary_lines(s: dict) -> list[str]:
     g, m, ok = s["goals"], s["measured"], s["met"]
     yes = {True: "met", False: "NOT met"}
@@ -66,7 +127,8 @@ def summary_lines(s: dict) -> list[str]:
             f"{yes[ok['old_points']]})",
             f"slowest update {num(m['update_s'], '.1f')} s (goal <= {g['update_s']:.0f}: {yes[ok['update_s']]}), "
             f"slowest export + check + swap {num(m['publish_s'], '.1f')} s (goal <= {g['publish_s']:.0f}: "
-            f"{yes[ok['publish_s']]}), run {m['run_s']:.0f} s (goal <= {g['run_s']:.0f}: {yes[ok['run_s']]})"]
+            f"{yes[ok['publish_s']]}), run {m['run_s']:.0f} s (goal <= {g['run_s']:.0f}: {yes[ok['run_s']]})",
+            *(line for rec in (s.get("drift_recovery") or {}).values() for line in recovery_lines(rec))]
 
 
 def plot(curve: list[dict], control: dict | None, path: Path, settings=None, old: dict | None = None,
