@@ -61,7 +61,7 @@ def drift_recovery(curve: list[dict], control: dict | None, drift: dict | None, 
       value at the drift.
 
     ``which``: "plain" (each point from an empty n-gram cache) or "with_cache" (from the stream's). None where the
-    run had no drift, or the points to read it are missing."""
+    run had no drift; ``read`` False where the points to read it are missing (too few drafted tokens for a rate)."""
     if not drift or control is None:
         return None
     at = drift["at"]
@@ -86,23 +86,26 @@ def drift_recovery(curve: list[dict], control: dict | None, drift: dict | None, 
         after = [(n, a) for n, a in series if n > at]
         level = series[0][1] if series and series[0][0] == 0 else None
         reached = first[-1][1] if first else None
-    if level is None or reached is None or not after:
-        return None
+    head = {"kind": "target" if drift.get("target") else "set", "at": at, "which": which, "margin": margin}
+    if level is None or reached is None or not after:  # e.g. points with too few drafted tokens for a rate
+        return {**head, "read": False}
     took = next((n for n, v in first if n > 0 and v >= reached - margin), None)
     back = next((n - at for n, v in after if v >= level - margin), None)
-    return {"kind": "target" if drift.get("target") else "set", "at": at, "which": which, "margin": margin,
-            "level": round(level, 1), "first_adaptation": took, "recovered_after": back,
+    return {**head, "read": True, "level": round(level, 1), "first_adaptation": took, "recovered_after": back,
             "met": back is not None and took is not None and back < took}
 
 
 def recovery_lines(rec: dict | None) -> list[str]:
     if not rec:
         return []
+    cache = "an empty n-gram cache" if rec["which"] == "plain" else "the stream's n-gram cache"
+    if not rec["read"]:
+        return [f"drift at {rec['at']} ({rec['kind']}, {cache}): recovery not read (a point before or after it has "
+                "too few drafted tokens for a rate)"]
     what = (f"{rec['level']:+.1f} points over the control at the switch" if rec["kind"] == "target"
             else f"{rec['level']:.1f} % on the drift set before the stream")
     back = "not within the run" if rec["recovered_after"] is None else f"after {rec['recovered_after']} requests"
     took = "never within the run" if rec["first_adaptation"] is None else f"{rec['first_adaptation']} requests"
-    cache = "an empty n-gram cache" if rec["which"] == "plain" else "the stream's n-gram cache"
     return [f"drift at {rec['at']} ({rec['kind']}, {cache}): back within {rec['margin']:.0f} points of its level "
             f"({what}) {back}; the first adaptation took {took} (goal: fewer: "
             f"{'met' if rec['met'] else 'NOT met'})"]
