@@ -187,6 +187,10 @@ def test_a_prompt_read_in_rows_leaves_the_state_of_a_token_by_token_read(default
     eng.reset()
     assert max(sizes) == eng.read_rows and sum(sizes) == len(ids)
     assert np.array_equal(rows, one)
+    sizes.clear()  # timing the two reads again on this engine still times one whole batch, and keeps its rows
+    timed = invariance.time_reads(eng)
+    assert sorted(sizes) == [invariance.READ_ROWS] * (invariance.READ_PROBE // invariance.READ_ROWS) + [
+        invariance.READ_PROBE] and timed["batch"] > 0 and timed["rows"] > 0 and eng.read_rows == invariance.READ_ROWS
 
 
 def test_auto_on_the_real_target_picks_a_verifying_mode_and_caches_both_fidelities(default_session):
