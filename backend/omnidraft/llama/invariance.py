@@ -37,7 +37,7 @@ PROBE_TEXT = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\
               "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n")
 GUARD_MAX_BOUND = 1e-3  # larger measured differences: the mode never verifies
 GUARD_SAFETY = 100.0    # a guarded mode re-decodes decisions closer than this multiple of the bound
-VERSION = 4             # of the cache entries below (3: pass times are the fastest of TIMING_ROUNDS; 4: read_rows)
+VERSION = 3             # of the cache entries below (3: pass times are the fastest of TIMING_ROUNDS)
 
 # The target's llama.cpp batch (and ubatch) on a CPU.  Verification passes are a few rows; only prompts are long,
 # and llama.cpp's working set for a prompt chunk grows with the ubatch (activations, attention scores).  With a
@@ -63,8 +63,9 @@ SCORE_TIE = 0.03  # modes scoring this close are a tie, kept by the faster one-t
 # small-batch kernels do more per row, reading READ_ROWS tokens a pass is faster: 400 tokens of the 1.5B on the
 # 2-core Zen 1 (AVX2 only, fast kernels) took 14.8 s in 8-row passes against 22.9 s in one batch (q4_0_pure) and
 # 14.2-15.2 against 17.9-18.4 s (Q4_K_M); its exact kernels were slower so (20.8 against 18.4 s), the 0.5B
-# about even (7.0 against 7.2 s).  So each mode times READ_PROBE tokens both ways once (a 64-token batch reads at
-# the 512-token one's rate there) and reads in rows only where that is READ_MARGIN faster.  Rows of up to 8 are
+# about even (7.0 against 7.2 s).  So the mode that runs times READ_PROBE tokens both ways once (a 64-token batch
+# reads at the 512-token one's rate there; ``with_reads``, after the mode choice, which does not need it) and reads
+# in rows only where that is READ_MARGIN faster.  Rows of up to 8 are
 # bit-identical to one-token decoding in the fast mode, so such a read also leaves the state a token-by-token read
 # would.
 READ_ROWS = 8
@@ -150,9 +151,8 @@ def measure(engine: Engine, max_n: int = 8, prefixes: tuple[int, ...] = (37, 250
         best, bound, flips, positions = min(best, n), max(bound, b), flips + f, positions + p
     t_pass = {str(n): min(v) for n, v in sample_passes(engine, range(1, max_n + 1), TIMING_ROUNDS).items()} \
         if timing else {}
-    t_read = time_reads(engine) if timing else {}
     engine.reset()
-    return Fidelity(engine.mode, best, bound, flips, positions, t_pass, t_read)
+    return Fidelity(engine.mode, best, bound, flips, positions, t_pass)
 
 
 def time_reads(engine: Engine) -> dict:
@@ -211,10 +211,21 @@ def cached_measure(engine: Engine, cache_file: Path | None, max_n: int = 8) -> F
 def retimed(engine: Engine, fid: Fidelity, cache_file: Path | None) -> Fidelity:
     """``fid`` with each pass time the faster of its own and a new sample (stored)."""
     again = sample_passes(engine, sorted(int(n) for n in fid.t_pass), RETIME_ROUNDS)
-    reads = time_reads(engine) if fid.t_read else {}
     engine.reset()
-    fid = replace(fid, t_pass={str(n): min(fid.t(n), min(v)) for n, v in again.items()},
-                  t_read={w: min(t, reads.get(w, t)) for w, t in fid.t_read.items()})
+    fid = replace(fid, t_pass={str(n): min(fid.t(n), min(v)) for n, v in again.items()})
+    _store(engine, fid, cache_file)
+    return fid
+
+
+def with_reads(engine: Engine, fid: Fidelity, cache_file: Path | None) -> Fidelity:
+    """``fid`` with its prompt reads timed (``time_reads``) and stored where it has none yet: once per file, build
+    and threads, for the mode that runs only (a fidelity cached before reads were timed gets them here too)."""
+    if fid.t_read:
+        return fid
+    reads = time_reads(engine)
+    if not reads:  # a GPU, or a batch too small to time the one-batch read
+        return fid
+    fid = replace(fid, t_read=reads)
     _store(engine, fid, cache_file)
     return fid
 
@@ -322,7 +333,7 @@ def load_target(path: Path, n_ctx: int, threads: int, kernels: str, cache: Path,
             mode = KernelMode.EXACT
         _only(engines, mode, path, cfg)
         engine = engines.pop(mode)
-        fid = fids.get(mode) or cached_measure(engine, cache)
+        fid = with_reads(engine, fids.get(mode) or cached_measure(engine, cache), cache)
         plan = plans.get(mode) or plan_for(fid)
     finally:
         for e in engines.values():
