@@ -8,7 +8,8 @@ recovery is counted in those gains:
 
 * the level before the switch: the gain at the switch on the first target;
 * recovered: the first point on the new target whose gain is within ``--band`` points of that level;
-* the first adaptation's time, to compare with: the first point on the first target within the band of it.
+* the first adaptation's time, to compare with: the first point on the first target within the band of it
+  (both as ``omnidraft adapt`` prints them: ``apps.adapt_report.drift_recovery``).
 
 Old domains: a run's "after" is read against the static drafter on its own last target. Runs since 2026-12-05's fix
 measure that at the switch ("before", the first target's kept as "before_first_target"); in the two runs before it
@@ -23,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+
+from omnidraft.apps.adapt_report import drift_recovery
 
 
 def _gain(point: dict, control: dict) -> float:
@@ -47,8 +50,8 @@ def run_figures(a: dict, band: float) -> dict:
     before = [p for p in curve if p["target"] == _short(first["target"])]
     after = [p for p in curve if p["target"] == _short(new_target)]
     level = before[-1]["gain"]
-    learned = next((p["prompts"] for p in before if p["prompts"] > 0 and p["gain"] >= level - band), None)
-    back = next((p["prompts"] - at for p in after if p["gain"] >= level - band), None)
+    rec = drift_recovery(a["curve"], first, a["drift"], margin=band)  # goal 3 as `omnidraft adapt` prints it
+    learned, back = rec["first_adaptation"], rec["recovered_after"]
     return {"switch": f"{_short(before[-1]['target'])} -> {_short(new_target)}", "at": at,
             "controls": {_short(first["target"]): round(100 * first["acceptance"], 1),
                          _short(second["target"]): round(100 * second["acceptance"], 1)},

@@ -62,18 +62,19 @@ def drift_recovery(curve: list[dict], control: dict | None, drift: dict | None, 
 
     ``which``: "plain" (each point from an empty n-gram cache) or "with_cache" (from the stream's). None where the
     run had no drift; ``read`` False where the points to read it are missing (too few drafted tokens for a rate)."""
-    if not drift or control is None:
+    if not drift:
         return None
-    at = drift["at"]
+    at, kind = drift["at"], "target" if drift.get("target") else "set"
+    head = {"kind": kind, "at": at, "which": which, "margin": margin}
 
     def acc(p: dict) -> float | None:
         q = p if which == "plain" else p.get("with_cache")
         return 100 * q["acceptance"] if q and q.get("measured", True) else None
 
-    if drift.get("target"):  # gains over the control on the target in use
+    if kind == "target":  # gains over the control on the target in use
         new_target, new_control = drift["target"], drift.get("control")
-        if new_control is None:
-            return None
+        if control is None or new_control is None:
+            return {**head, "read": False}
         gains = [(p["prompts"], p["target"] == new_target,
                   acc(p) - 100 * (new_control if p["target"] == new_target else control)["acceptance"])
                  for p in curve if acc(p) is not None]
@@ -86,7 +87,6 @@ def drift_recovery(curve: list[dict], control: dict | None, drift: dict | None, 
         after = [(n, a) for n, a in series if n > at]
         level = series[0][1] if series and series[0][0] == 0 else None
         reached = first[-1][1] if first else None
-    head = {"kind": "target" if drift.get("target") else "set", "at": at, "which": which, "margin": margin}
     if level is None or reached is None or not after:  # e.g. points with too few drafted tokens for a rate
         return {**head, "read": False}
     took = next((n for n, v in first if n > 0 and v >= reached - margin), None)
