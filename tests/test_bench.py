@@ -48,6 +48,9 @@ def test_bench_run_writes_json_markdown_and_plots(tmp_path):
     for label, v in res.items():
         assert v["same_output_as_target"], label  # every configuration wrote the target's text
         assert 0.0 <= v["acceptance_rate"] <= 1.0 and v["tau"] >= 1.0
+        # the first token waits for the prompt's read and the first step (one prompt: the means are its own)
+        assert v["prompt_ms"] < v["first_token_ms"] <= v["prompt_ms"] + 1e3 * v["gen_s"]
+        assert v["prompt_tokens"] > 20  # one HumanEval prompt
     assert set(run["cost_model"]["t_verify"]) >= {"1", "2", "3"}
     assert run["cost_samples"] == 5 + 2  # start-up rounds + a short set before the one prompt
     omni = res["omnidraft k=2"]
@@ -56,6 +59,8 @@ def test_bench_run_writes_json_markdown_and_plots(tmp_path):
     assert sum(passes.values()) >= omni["drafted"] > 0 and max(passes) > 1
     assert omni["predicted_s"] > 0 and res["prompt-lookup k=2"]["draft_pass_hist"] == {}
     assert "cpu" in data["machine"] and data["machine"]["llamafile_kernels"] is False
+    table = next(p for p in tmp_path.glob("*.md")).read_text()
+    assert f"| {res['target']['first_token_ms']:.0f} ms |" in table
 
 
 def test_bench_flags_are_generated_from_the_settings(monkeypatch):

@@ -60,7 +60,7 @@ def rows(path: Path, side: str) -> list[dict]:
     for run in data["runs"]:
         for name, res in run["results"].items():
             found.append({"side": side, "target": run["target"], "set": run["set"]["name"], "config": name,
-                          "tok_s": res["tokens_per_s"], "tau": res["tau"], "kernels": run["kernels"]["mode"],
+                          "tok_s": res["tokens_per_s"], "first_ms": res.get("first_token_ms"), "tau": res["tau"], "kernels": run["kernels"]["mode"],
                           "same_output": res.get("same_output_as_target"), "file": str(path)})
     return found
 
@@ -69,9 +69,9 @@ def summarize(found: list[dict]) -> list[dict]:
     table = []
     for target in dict.fromkeys(r["target"] for r in found):
         for name in dict.fromkeys(r["set"] for r in found if r["target"] == target):
-            def pick(side, config):
-                return [r["tok_s"] for r in found if (r["target"], r["set"], r["side"], r["config"]) ==
-                        (target, name, side, config)]
+            def pick(side, config, key="tok_s"):
+                return [r[key] for r in found if (r["target"], r["set"], r["side"], r["config"]) ==
+                        (target, name, side, config) and r.get(key)]
             own, default = pick("product", "target"), pick("product", DEFAULT)
             peer, peer_own = pick("peer", "llama-cpp-python"), pick("peer", "target")
             k4 = pick("product", "hybrid k=4")
@@ -82,7 +82,12 @@ def summarize(found: list[dict]) -> list[dict]:
                           "target_alone_spread": [min(own), max(own)] if own else None, "default": m(default),
                           "k4": m(k4), "peer": m(peer), "upstream_target_alone": m(peer_own),
                           "default_vs_target": ratio(m(default), m(own)), "default_vs_peer": ratio(m(default), m(peer)),
-                          "target_vs_peer": ratio(m(own), m(peer)), "same_output": same})
+                          "target_vs_peer": ratio(m(own), m(peer)), "same_output": same,
+                          # ms from a request's start to its first token (prompt read included); runs before
+                          # 2026-12-06 lack it
+                          "first_ms": {"target": m(pick("product", "target", "first_ms")),
+                                       "default": m(pick("product", DEFAULT, "first_ms")),
+                                       "peer": m(pick("peer", "llama-cpp-python", "first_ms"))}})
     return table
 
 
@@ -91,8 +96,8 @@ def markdown(table: list[dict], meta: dict) -> str:
              f"CPU: {meta['cpu']}", f"Command: `{meta['command']}`", "",
              "| target | set | rounds | target alone tok/s (min-max) | default tok/s | k=4 tok/s | "
              "plain llama-cpp-python tok/s | default / target alone | default / plain | target alone / plain | "
-             "same output |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "same output | first token ms: target alone / default / plain |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
     for r in table:
         spread = r["target_alone_spread"] or [None, None]
@@ -100,7 +105,8 @@ def markdown(table: list[dict], meta: dict) -> str:
                      f"({f(spread[0], '.1f')}-{f(spread[1], '.1f')}) | {f(r['default'], '.1f')} | "
                      f"{f(r['k4'], '.1f')} | {f(r['peer'], '.1f')} | **{f(r['default_vs_target'], '.2f')}x** | "
                      f"**{f(r['default_vs_peer'], '.2f')}x** | {f(r['target_vs_peer'], '.2f')}x | "
-                     f"{'yes' if r['same_output'] else 'NO'} |")
+                     f"{'yes' if r['same_output'] else 'NO'} | "
+                     + " / ".join(f(r["first_ms"][k], ".0f") for k in ("target", "default", "peer")) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -46,14 +46,15 @@ def _same(v) -> str:
 
 
 def results_table(results: dict[str, dict]) -> str:
-    head = ("| config | accept | tau (tok/pass) | tok/s | speedup | predicted | meas/pred | n-gram hits/step "
-            "| draft / verify / translate / python | same output |")
-    lines = [head, "|" + "---|" * 10]
+    head = ("| config | accept | tau (tok/pass) | tok/s | speedup | first token | predicted | meas/pred "
+            "| n-gram hits/step | draft / verify / translate / python | same output |")
+    lines = [head, "|" + "---|" * 11]
     for label, r in results.items():
         share = r["share"]
+        first = f"{r['first_token_ms']:.0f} ms" if r.get("first_token_ms") else "-"  # older files lack it
         lines.append(
             f"| {label} | {r['acceptance_rate']:.1%} | {r['tau']:.2f} | {r['tokens_per_s']:.1f} | "
-            f"{r.get('speedup', 1.0):.2f}x | {r.get('predicted_speedup', 1.0):.2f}x | "
+            f"{r.get('speedup', 1.0):.2f}x | {first} | {r.get('predicted_speedup', 1.0):.2f}x | "
             f"{r.get('measured_over_predicted', 1.0):.2f} | {r['ngram_hits_per_step']:.2f} | "
             f"{share['draft']:.0%} / {share['verify']:.0%} / {share['translate']:.0%} / {share['python']:.0%} | "
             f"{_same(r.get('same_output_as_target', True))} |")

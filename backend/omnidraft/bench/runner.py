@@ -78,6 +78,9 @@ class Tally:
                  step_s=st.step_s, step_ms=steps["ms"], step_share=steps["share"],
                  batch_hist=dict(self.batch_hist), draft_pass_hist=dict(self.draft_pass_hist),
                  acceptance_rate=st.acceptance_rate, tau=st.tau, tokens_per_s=st.tokens_per_s,
+                 prompt_ms=st.prefill_s * 1e3 / self.prompts if self.prompts else 0.0,
+                 first_token_ms=st.first_token_s * 1e3 / self.prompts if self.prompts else 0.0,
+                 prompt_tokens=st.prompt_tokens / self.prompts if self.prompts else 0.0,
                  ngram_hits_per_step=st.ngram_accepted / st.target_passes if st.target_passes else 0.0,
                  share={k: (v / gen_s if gen_s else 0.0) for k, v in
                         (("draft", st.draft_s), ("translate", st.translate_s), ("verify", st.verify_s),
@@ -200,6 +203,7 @@ class PeerLlama:
         kw = dict(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
                   top_k=params.top_k, seed=params.seed if params.seed is not None else 0, stream=True)
         self.llm.reset()
+        t_start = time.perf_counter()
         stream = self.llm.create_chat_completion([{"role": "user", "content": item.prompt}], **kw) if item.chat \
             else self.llm.create_completion(item.prompt, **kw)
         t_first = t_end = None
@@ -214,7 +218,8 @@ class PeerLlama:
             n += 1
             text.append(piece)
         gen_s = (t_end - t_first) * n / (n - 1) if n > 1 else 0.0
-        st = GenerationStats(PEER, completion_tokens=n, target_passes=n, total_s=gen_s)
+        st = GenerationStats(PEER, completion_tokens=n, target_passes=n, total_s=gen_s,
+                             first_token_s=t_first - t_start if t_first else 0.0)
         return Final("".join(text), [], "length", st, [])
 
     def close(self) -> None:

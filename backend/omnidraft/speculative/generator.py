@@ -166,6 +166,7 @@ class Generator:
                 stats.stop_tokens = 1
             out.extend(new)
             stats.completion_tokens, stats.total_s = len(out), time.perf_counter() - t0
+            stats.first_token_s = stats.first_token_s or stats.total_s
             n_acc_text = min(step.accepted, len(new))
             # each token's logprob entry rides on the chunk that completes its text (TextStream marks)
             marks = [(len(t.token_bytes[tok]), lp) for tok, lp in zip(new, step.logprobs)]

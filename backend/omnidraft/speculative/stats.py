@@ -34,6 +34,9 @@ class GenerationStats:
     ngram_proposed: int = 0
     ngram_accepted: int = 0
     prefill_s: float = 0.0
+    # from the request's start to its first output token out of the loop: the prompt read (target and drafter)
+    # and the first step; what a user waits before text appears, and where reading prompts in rows shows
+    first_token_s: float = 0.0
     draft_s: float = 0.0
     translate_s: float = 0.0
     verify_s: float = 0.0
