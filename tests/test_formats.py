@@ -41,6 +41,21 @@ def test_auto_widens_the_mostly_q5_0_target_where_it_pays(resolved):
     assert formats.target_file(f"{name}:q4_0_pure", "auto", ZEN3) == f"resolved:{name}:q4_0_pure"  # named: as named
 
 
+def test_the_speed_format_is_offered_with_its_perplexity_never_taken_unasked(resolved, caplog):
+    """Issue 41: "where you offer a requantized speed format, say so and show its perplexity beside the original".
+    A registry target run from its pinned weights logs the offer; the file stays the pinned one."""
+    line = formats.speed_offer(models.QWEN_15B)
+    assert f"'{models.QWEN_15B}:q4_0_pure'" in line and "3.821 against 3.623" in line and "+5.5 %" in line
+    assert "+7.1 %" in formats.speed_offer(models.QWEN_05B)
+    for other in (f"{models.QWEN_15B}:q4_0_pure", models.GEMMA3, models.SMOLLM2_D8, "/tmp/mine.gguf"):
+        assert formats.speed_offer(other) == ""
+    with caplog.at_level("INFO", logger=formats.__name__):
+        assert formats.target_file(models.QWEN_15B, "auto", ZEN4) == f"resolved:{models.QWEN_15B}"
+        assert formats.target_file(f"{models.QWEN_15B}:q4_0_pure", "auto", ZEN4) == \
+            f"resolved:{models.QWEN_15B}:q4_0_pure"
+    assert [r.getMessage() for r in caplog.records] == [line]  # once, for the pinned name only
+
+
 def test_a_path_is_always_that_file(resolved, tmp_path):
     own = tmp_path / "mine.gguf"
     own.write_bytes(b"x")

@@ -159,6 +159,7 @@ def machine_section() -> list[str]:
             "mostly-Q5_0 targets (" + ", ".join(formats.MOSTLY_Q5_0) + "): " +
             ("their exact ':wide' copy (this CPU unpacks Q5_0 slowly: AVX2 without VNNI)"
              if formats.wide_pays(cpuid.cpu_identity()["flags"]) else "the pinned file"),
+            *(f"speed format on offer: {formats.speed_offer(name)}" for name in formats.SPEED_FORMATS),
             f"memory: {mem:.1f} GiB" if mem else "memory: unknown",
             f"OS: {platform.platform()}; Python {platform.python_version()} ({sys.executable})"]
 

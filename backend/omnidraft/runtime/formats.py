@@ -1,4 +1,5 @@
-"""Which file a target runs from: the pinned one, or its exact ``:wide`` copy where that decodes faster.
+"""Which file a target runs from: the pinned one, or its exact ``:wide`` copy where that decodes faster; and the
+requantized speed format on offer for a registry target run from its pinned weights (never taken unasked).
 
 Qwen2.5-Coder-0.5B's Q4_K_M file is 55 % Q5_0 by bytes (its 896-wide rows hold no 256-value K-quant blocks).
 On x86 CPUs with AVX2 and no VNNI, unpacking Q5_0's fifth bit bounds its decode; the same weights as Q8_0 blocks
@@ -10,6 +11,7 @@ name means "these weights, in the encoding this CPU runs fastest"; a path always
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -23,6 +25,40 @@ WIDE_CHOICES = ("auto", "on", "off")
 # Registry targets whose pinned file is mostly Q5_0 (measured: the 0.5B; Gemma-3-270M's is 18 %, not worth 1.3x
 # the file).
 MOSTLY_Q5_0 = (models.QWEN_05B,)
+
+
+
+@dataclass(frozen=True)
+class SpeedFormat:
+    """A registry target's requantized copy that decodes faster than its pinned file, and what it costs."""
+
+    fmt: str  # the ``NAME:FORMAT`` suffix that makes it (assets.models.resolve_derived)
+    ppl_pinned: float  # perplexity of the pinned file, and of the copy, on the same held-out text
+    ppl: float
+    gain: str  # the target alone's tokens a second against the pinned file's, where and when measured
+
+
+# Perplexity: `python -m omnidraft.bench.quality`, 4,689 held-out tokens of HumanEval and stdlib code in 512-token
+# windows; gain: the product's target alone on held-out HumanEval and chat, one file against the other, a 2-core
+# Zen 4, 2026-12-06 (BENCHMARKS.md "A Zen 4 after nine sessions of changes"), where the decode is bound by memory and
+# the smaller file wins.  On that machine plain llama-cpp-python on the 0.5B's copy outran the product on its pinned
+# file (0.84x): a user should know the choice exists, and make it.
+SPEED_FORMATS = {
+    models.QWEN_15B: SpeedFormat("q4_0_pure", 3.623, 3.821, "the target alone 1.26-1.40x as fast as from the pinned file on a 2-core Zen 4"),
+    models.QWEN_05B: SpeedFormat("q4_0_pure", 4.648, 4.980, "the target alone 1.48-1.49x as fast as from the pinned file on a 2-core Zen 4"),
+}
+
+
+def speed_offer(name: str) -> str:
+    """One line offering ``name``'s speed format, with its gain where measured and its perplexity beside the pinned
+    file's; "" for a name that has none (a path, a format already named, a model without one)."""
+    spec = SPEED_FORMATS.get(str(name).lower())
+    if spec is None:
+        return ""
+    cost = 100.0 * (spec.ppl / spec.ppl_pinned - 1.0)
+    return (f"{name}: '{name}:{spec.fmt}' is this model requantized for speed ({spec.gain}; perplexity on held-out "
+            f"code {spec.ppl:.3f} against {spec.ppl_pinned:.3f} for the pinned file, +{cost:.1f} %); name it with "
+            f"--target to use it")
 
 
 def wide_pays(flags: Iterable[str]) -> bool:
@@ -46,6 +82,8 @@ def target_file(name_or_path: str, wide: str = "auto", flags: Iterable[str] | No
     if wide == "on" and not registry:
         raise BadRequest(f"--wide on takes a registry model name, not {name_or_path!s}; for a file of your own, "
                          f"`omnidraft-gguf widen IN OUT` makes the copy")
+    if registry and (offer := speed_offer(name)):
+        log.info("%s", offer)
     if wide == "off" or not registry:
         return models.resolve(name_or_path)
     if wide == "auto":
