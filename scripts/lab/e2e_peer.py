@@ -60,7 +60,8 @@ def rows(path: Path, side: str) -> list[dict]:
     for run in data["runs"]:
         for name, res in run["results"].items():
             found.append({"side": side, "target": run["target"], "set": run["set"]["name"], "config": name,
-                          "tok_s": res["tokens_per_s"], "first_ms": res.get("first_token_ms"), "tau": res["tau"], "kernels": run["kernels"]["mode"],
+                          "tok_s": res["tokens_per_s"], "first_ms": res.get("first_token_ms"), "tau": res["tau"],
+                          "kernels": run["kernels"]["mode"],
                           "same_output": res.get("same_output_as_target"), "file": str(path)})
     return found
 

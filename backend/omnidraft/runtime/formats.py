@@ -27,7 +27,6 @@ WIDE_CHOICES = ("auto", "on", "off")
 MOSTLY_Q5_0 = (models.QWEN_05B,)
 
 
-
 @dataclass(frozen=True)
 class SpeedFormat:
     """A registry target's requantized copy that decodes faster than its pinned file, and what it costs."""
@@ -43,9 +42,10 @@ class SpeedFormat:
 # Zen 4, 2026-12-06 (BENCHMARKS.md "A Zen 4 after nine sessions of changes"), where the decode is bound by memory and
 # the smaller file wins.  On that machine plain llama-cpp-python on the 0.5B's copy outran the product on its pinned
 # file (0.84x): a user should know the choice exists, and make it.
+_ZEN4 = "as fast as from the pinned file on a 2-core Zen 4"
 SPEED_FORMATS = {
-    models.QWEN_15B: SpeedFormat("q4_0_pure", 3.623, 3.821, "the target alone 1.26-1.40x as fast as from the pinned file on a 2-core Zen 4"),
-    models.QWEN_05B: SpeedFormat("q4_0_pure", 4.648, 4.980, "the target alone 1.48-1.49x as fast as from the pinned file on a 2-core Zen 4"),
+    models.QWEN_15B: SpeedFormat("q4_0_pure", 3.623, 3.821, f"the target alone 1.26-1.40x {_ZEN4}"),
+    models.QWEN_05B: SpeedFormat("q4_0_pure", 4.648, 4.980, f"the target alone 1.48-1.49x {_ZEN4}"),
 }
 
 
