@@ -72,7 +72,7 @@ def summarize(found: list[dict]) -> list[dict]:
         for name in dict.fromkeys(r["set"] for r in found if r["target"] == target):
             def pick(side, config, key="tok_s"):
                 return [r[key] for r in found if (r["target"], r["set"], r["side"], r["config"]) ==
-                        (target, name, side, config) and r.get(key)]
+                        (target, name, side, config) and r.get(key) is not None]  # older runs: no first_ms
             own, default = pick("product", "target"), pick("product", DEFAULT)
             peer, peer_own = pick("peer", "llama-cpp-python"), pick("peer", "target")
             k4 = pick("product", "hybrid k=4")

@@ -70,6 +70,7 @@ class Tally:
     def summary(self, baseline: "Tally | None", cost: CostModel) -> dict:
         """The JSON row of one configuration (its keys are the benchmark files' columns)."""
         st, gen_s = self.stats, self.stats.generation_s
+        each = 1.0 / self.prompts if self.prompts else 0.0  # per-request means of the sums below
         steps = st.step_breakdown()
         d = dict(prompts=self.prompts, tokens=st.completion_tokens, gen_s=gen_s, steps=st.target_passes,
                  stop_tokens=st.stop_tokens, proposed=st.proposed, accepted=st.accepted, drafted=self.drafted,
@@ -78,9 +79,8 @@ class Tally:
                  step_s=st.step_s, step_ms=steps["ms"], step_share=steps["share"],
                  batch_hist=dict(self.batch_hist), draft_pass_hist=dict(self.draft_pass_hist),
                  acceptance_rate=st.acceptance_rate, tau=st.tau, tokens_per_s=st.tokens_per_s,
-                 prompt_ms=st.prefill_s * 1e3 / self.prompts if self.prompts else 0.0,
-                 first_token_ms=st.first_token_s * 1e3 / self.prompts if self.prompts else 0.0,
-                 prompt_tokens=st.prompt_tokens / self.prompts if self.prompts else 0.0,
+                 prompt_ms=st.prefill_s * 1e3 * each, first_token_ms=st.first_token_s * 1e3 * each,
+                 prompt_tokens=st.prompt_tokens * each,
                  ngram_hits_per_step=st.ngram_accepted / st.target_passes if st.target_passes else 0.0,
                  share={k: (v / gen_s if gen_s else 0.0) for k, v in
                         (("draft", st.draft_s), ("translate", st.translate_s), ("verify", st.verify_s),
