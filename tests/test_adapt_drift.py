@@ -4,7 +4,9 @@ both sets' held-out prompts are measured at every checkpoint (and the control on
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+from pathlib import Path
 
 import pytest
 
@@ -156,10 +158,19 @@ def test_checkpoints_between_updates_are_measured_and_a_target_drift_happens_the
     updates.  Each checkpoint measures the drafter in use then (the last update's), and asking for them forces no
     update."""
     first, second = tiny_gguf(tmp_path_factory, "qwen2"), tiny_gguf(tmp_path_factory, "qwen2", seed=1)
-    _, _, result, printed = _drift_run(tmp_path_factory, monkeypatch, first, "checkpoints", checkpoints="1,3",
-                                       drift_target=str(second), drift_at=3)
+    cfg, _, result, printed = _drift_run(tmp_path_factory, monkeypatch, first, "checkpoints", checkpoints="1,3",
+                                         drift_target=str(second), drift_at=3, keep_drafters=True)
     points = [(p["prompts"], p["target"], p["version"]) for p in result["curve"]]
     assert points == [(0, str(first), "base"), (1, str(first), "base"), (3, str(first), "v0001"),
                       (3, str(second), "v0001"), (4, str(second), "v0002")]
     assert len(result["updates"]) == 2  # one per interval, as without the checkpoints
     assert f"target switched: {first} -> {second} (drafter v0001)" in printed
+    # --keep-drafters: each point's drafter is kept under the run's folder, byte for byte what was published
+    out = Path(cfg.out)
+    kept = {p["drafter_file"]: p["drafter_sha256"] for p in result["curve"] if "drafter_file" in p}
+    assert sorted(kept) == ["drafters/after-0003-v0001.gguf", "drafters/after-0004-v0002.gguf"]
+    assert "drafter_file" not in result["curve"][1]  # the base is the settings' own file
+    for name, sha in kept.items():
+        published = out / "trainer" / "registry" / "versions" / name.split("-")[-1].removesuffix(".gguf")
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == sha
+        assert (out / name).read_bytes() == (published / "model.gguf").read_bytes()

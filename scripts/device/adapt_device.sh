@@ -30,6 +30,9 @@
 #                                                    past EPOCH (date +%s): the first stream keeps its end
 #          run(command="bash scripts/device/adapt_device.sh wait SECONDS")  until every stream ends (at most
 #                                                    SECONDS); each run's JSON, held-out log and logs into $OUT
+#          run(command="bash scripts/device/adapt_device.sh drafters RUN...")  (runs with EXTRA=--keep-drafters) the
+#                                                    drafters each point measured, as differences from the
+#                                                    control, 4 pieces a call: repeat until "0 left"
 #   here:  scripts/device/device_tree.sh restore     (right after the last part: before any commit)
 #          python scripts/lab/issue43_report.py DIR  the curves (DIR: one folder per run, the .tgz unpacked)
 #
@@ -314,8 +317,42 @@ wait_runs() {  # there: until every run has ended or SECONDS passed; what each h
   uptime
 }
 
+drafters() {  # there, after `wait`: each run's kept drafters (EXTRA=--keep-drafters) as differences from its control
+             # (gguf_delta.py), the control whole once, in 15 MiB pieces; each call sends at most 4 pieces (the
+             # 8-file, 64 MiB limit of what comes back) to $OUT/dr/RUN/; call again until it says 0 left.  Here:
+             # cat each FILE.xz.p* > FILE.xz, then gguf_delta.py unpack
+  local p=$W/pack n=0 f left=0 first=""
+  if [ ! -f "$p/done" ]; then
+    for name in "$@"; do
+      local d=$W/run-$name c
+      c=$(ls "$d"/control-*.gguf | head -n 1)
+      python3 scripts/lab/gguf_delta.py pack --base "$c" --out "$p/$name" --jobs 16 "$d"/drafters/*.gguf
+      # the runs share a control where they share a base: it travels once
+      if [ -z "$first" ] || ! cmp -s "$c" "$first"; then
+        python3 scripts/lab/gguf_delta.py pack --whole --out "$p/$name" "$c"
+      else
+        say "$name's control is ${first##*/run-}'s, byte for byte"
+      fi
+      first=${first:-$c}
+    done
+    (cd "$p" && for f in */*.xz; do split -b 15M -d -a 2 "$f" "$f.p" && rm "$f"; done)
+    touch "$p/done"
+  fi
+  for f in $(cd "$p" && ls -- */*.xz.p[0-9][0-9] | sort); do
+    [ -f "$p/$f.sent" ] && continue
+    if [ $n -lt 4 ]; then
+      mkdir -p "$OUT/dr/${f%%/*}"; cp "$p/$f" "$OUT/dr/$f"; touch "$p/$f.sent"; n=$((n + 1))
+    else
+      left=$((left + 1))
+    fi
+  done
+  for f in "$p"/*/manifest.json; do mkdir -p "$OUT/dr/$(basename "$(dirname "$f")")"; cp "$f" "$OUT/dr/${f#$p/}"; done
+  say "sent $n piece(s), $left left"
+}
+
 case "${1:-}" in
   prepare) prepare ;;
+  drafters) shift; drafters "$@" ;;
   start) start ;;
   go) shift; go "$@" ;;
   wait) wait_runs "${2:-500}" ;;

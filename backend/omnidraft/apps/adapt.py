@@ -45,6 +45,7 @@ import copy
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -135,7 +136,7 @@ def replay_records(session, prompts: list[Prompt], cfg: AdaptConfig) -> list[dic
 
 def _fresh(out: Path) -> None:
     """A run starts from the base drafter: a previous run's trainer state and results in ``out`` go."""
-    for name in ("trainer", "trainer.log", "outbox.sqlite", "adapt.json", "adapt.png", "replay.jsonl"):
+    for name in ("trainer", "trainer.log", "outbox.sqlite", "adapt.json", "adapt.png", "replay.jsonl", "drafters"):
         p = out / name
         if p.is_dir():
             shutil.rmtree(p)
@@ -307,6 +308,8 @@ def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
                 print(f"update after {i} prompts not published: {status['last_error']}", flush=True)
             if cfg.evaluates_at(i):  # the drafter in use, swapped or not
                 r.curve.append(r.measure(r.items.heldout, "curve", new, i))
+                if cfg.keep_drafters:
+                    r.curve[-1].update(_keep_drafter(r.registry, s.drafter_version, out / "drafters", i))
                 trainer.registry.annotate(s.drafter_version, {"heldout": r.curve[-1]})
                 if r.items.drift:
                     r.drift_curve.append(r.measure(r.items.drift, "drift", cfg.drift_set, i))
@@ -316,6 +319,24 @@ def _stream(r: Run, trainer: TrainerProcess, out: Path) -> None:
                                          f"to {cfg.drift_target} [{s.drafter_version}]"))
     finally:
         uploader.stop()
+
+
+def _keep_drafter(registry: DrafterRegistry, version: str, folder: Path, prompts: int) -> dict:
+    """``--keep-drafters``: the published file of the drafter in use, linked into ``folder``.  The trainer keeps
+    only its last few versions, so without this the drafters a curve measured are gone by its end; a hard link
+    costs no space and outlives the registry's pruning.  The base drafter is the settings' own file: nothing to
+    keep."""
+    src = registry.path_of(version) if version != "base" else None
+    if src is None:
+        return {}
+    folder.mkdir(parents=True, exist_ok=True)
+    dst = folder / f"after-{prompts:04d}-{version}.gguf"
+    if not dst.exists():
+        try:
+            os.link(src, dst)
+        except OSError:  # another file system, or one without hard links
+            shutil.copyfile(src, dst)
+    return {"drafter_file": f"{folder.name}/{dst.name}", "drafter_sha256": registry.meta(version).get("sha256")}
 
 
 def _report(r: Run, updates: list[dict], out: Path, seconds: float) -> dict:

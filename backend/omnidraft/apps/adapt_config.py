@@ -37,6 +37,10 @@ class AdaptConfig:
     eval_with_cache: bool = field(default=False, metadata={
         "help": "also measure each held-out point from a copy of the stream's n-gram cache as it stands (the "
                 "server's), beside the empty one: what the cache adds, e.g. to a drift's recovery"})
+    keep_drafters: bool = field(default=False, metadata={
+        "help": "keep the drafter measured at each held-out point as DIR/drafters/after-NNNN-VERSION.gguf (a hard "
+                "link where it can be; the trainer itself keeps only its last few versions), so that the curve's "
+                "drafters can be timed later, e.g. on another machine"})
     record_topk: int = field(default=8, metadata={"help": "target top-k kept per position in records"})
     # the trainer's default update, LoRA of rank 16 at lr 1e-3 (why: trainer.service.TrainerConfig)
     lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate"})
