@@ -98,7 +98,8 @@ struct acts {
     int64_t nb;             // blocks per row
     const float * d;        // [row][block] scale
     const float * sums;     // Q4_K: [row][block][8] scale * sum of each 32 quants
-    const int8_t * qc;      // Q8_0 on zmm builds: [row][block][32] the quants without their scales, or null
+    const int8_t * qc;      // Q8_0 on zmm builds: [row][block][32] the quants + 128 (as unsigned bytes), or null
+    const float * dx;       // with qc: [row][block pair][16] the pair's scales, 8 lanes each (0 past the last block)
 };
 
 // One per thread, fixed (no allocation that could fail mid-graph): room for 8 rows of 2048 blocks (Q8_0
@@ -108,9 +109,12 @@ constexpr size_t TABLE_FLOATS = 16384;
 alignas(64) thread_local float TABLE[TABLE_FLOATS];
 #if SBK_Q80_ZMM
 // Q8_0 activations' quants, contiguous (ggml's blocks put a 2-byte scale between each 32), so that one 512-bit
-// load takes two blocks.  Rows of up to 16,384 values; wider ones take the ymm code.
+// load takes two blocks.  Rows of up to 16,384 values; wider ones take the ymm code.  Beside them each block
+// pair's two scales spread over the halves of a vector, as q80_row_zmm multiplies them: a load where building
+// it took two broadcasts and a blend per row and pair.
 constexpr int64_t QCOPY_BLOCKS = 512;
 alignas(64) thread_local int8_t QCOPY[8 * QCOPY_BLOCKS * 32];
+alignas(64) thread_local float DXCOPY[8 * QCOPY_BLOCKS / 2 * 16];
 #endif
 
 // The scales first, then (Q4_K) the sums, starting on a 64-byte boundary.
@@ -358,11 +362,14 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
 
 #if SBK_Q80_ZMM
 // Q8_0 on 512 bits, two blocks a vector, where the ymm code above spends 7 instructions per 32 weights and row
-// (every 32 weights carry their own scale): here about as many per 64.  The activations' quants come
-// contiguous (acts::qc), so a row's two blocks are one load; the sign goes on the activations as a masked
-// subtract (AVX-512 has no vpsignb on zmm); each block's scales fill its half by a blend of two broadcasts, no
-// shuffles.  Each output takes the same instructions whatever the number of rows: batches stay bit-identical
-// to decoding.  An odd last block runs with its upper half zero, which adds exactly 0.
+// (every 32 weights carry their own scale): here 4 per 64 besides loads.  The activations' quants come
+// contiguous (acts::qc), so a row's two blocks are one load.  dpbusd multiplies unsigned by signed bytes: the
+// activations are stored + 128 (unsigned) and the weights go in as they are, signed; the 128 * sum(w) that adds
+// is taken off by starting each row's sum at -128 * sum(w), computed once per pair for every row.  So each row
+// pays one dpbusd, no sign fix (this took a masked subtract a row, and |w| and a sign mask a pair), and the sums
+// are the same integers as w . x.  The pair's scales come spread over the halves (acts::dx).  Each output takes
+// the same instructions whatever the number of rows: batches stay bit-identical to decoding.  An odd last
+// block runs with its upper half zero, which adds exactly 0.
 inline __m512 halves(float lo, float hi) {  // lanes 0-7 lo, 8-15 hi
     return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
 }
@@ -375,23 +382,23 @@ void q80_row_zmm(const uint8_t * x, const acts & a, float * out, size_t stride) 
         acc[j] = _mm512_setzero_ps();
     }
     const __m512i zero = _mm512_setzero_si512();
+    const __m512i c128 = _mm512_set1_epi8((char) 0x80);  // 128 as an unsigned byte
+    const int64_t pairs = (a.nb + 1) / 2;
     for (int64_t b = 0; b < a.nb; b += 2, x += 2 * Q80_BYTES) {
         _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
         _mm_prefetch((const char *) x + PREFETCH + 64, _MM_HINT_T0);
         const bool both = b + 1 < a.nb;
         const __m512i lo = _mm512_zextsi256_si512(load(x + 2));
         const __m512i w = both ? _mm512_inserti64x4(lo, load(x + 2 + Q80_BYTES), 1) : lo;
-        const __m512i aw = _mm512_abs_epi8(w);         // |w| as unsigned bytes (-128 -> 128)
-        const __mmask64 neg = _mm512_movepi8_mask(w);  // where w < 0 the activation's sign flips
+        const __m512i bias = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, w));  // -128 * sum(w)
         const __m512 dw = halves(fp16(x), both ? fp16(x + Q80_BYTES) : 0.0f);
         SBK_UNROLL
         for (int j = 0; j < N; j++) {
             const int8_t * q = a.qc + (j * a.nb + b) * 32;
             const __m512i av = both ? _mm512_loadu_si512((const void *) q) : _mm512_zextsi256_si512(load(q));
-            const __m512i s = _mm512_dpbusd_epi32(zero, aw, _mm512_mask_sub_epi8(av, neg, zero, av));
-            const float * d = a.d + j * a.nb + b;
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, halves(d[0], both ? d[1] : 0.0f)),
-                                     acc[j]);
+            const __m512i s = _mm512_dpbusd_epi32(bias, av, w);
+            const __m512 dx = _mm512_load_ps(a.dx + (j * pairs + b / 2) * 16);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dx), acc[j]);
         }
     }
     SBK_UNROLL
@@ -863,10 +870,11 @@ namespace {
 
 acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
     float * t = TABLE;
-    acts a = {act, stride, nb, t, t + sums_offset(n, nb), nullptr};
+    acts a = {act, stride, nb, t, t + sums_offset(n, nb), nullptr, nullptr};
 #if SBK_Q80_ZMM
     int8_t * qc = type == SBK_TYPE_Q8_0 && nb <= QCOPY_BLOCKS ? QCOPY : nullptr;
     a.qc = qc;
+    a.dx = qc != nullptr ? DXCOPY : nullptr;
 #endif
     for (int j = 0; j < n; j++) {
         for (int64_t i = 0; i < nb; i++) {
@@ -880,13 +888,31 @@ acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
             } else {
                 *d = fp16(act + j * stride + i * Q80_BYTES);
 #if SBK_Q80_ZMM
-                if (qc != nullptr) {
-                    memcpy(qc + (j * nb + i) * 32, act + j * stride + i * Q80_BYTES + 2, 32);
+                if (qc != nullptr) {  // x + 128 as an unsigned byte is x with its top bit flipped
+                    const uint8_t * y = act + j * stride + i * Q80_BYTES + 2;
+                    for (int k = 0; k < 32; k++) {
+                        qc[(j * nb + i) * 32 + k] = (int8_t) (y[k] ^ 0x80);
+                    }
                 }
 #endif
             }
         }
     }
+#if SBK_Q80_ZMM
+    if (a.qc != nullptr) {
+        const int64_t pairs = (nb + 1) / 2;
+        for (int j = 0; j < n; j++) {
+            for (int64_t p = 0; p < pairs; p++) {
+                float * v = DXCOPY + (j * pairs + p) * 16;
+                const float d1 = 2 * p + 1 < nb ? t[j * nb + 2 * p + 1] : 0.0f;
+                for (int k = 0; k < 8; k++) {
+                    v[k] = t[j * nb + 2 * p];
+                    v[8 + k] = d1;
+                }
+            }
+        }
+    }
+#endif
     return a;
 }
 
