@@ -73,8 +73,9 @@ def test_every_tier_rows_bit_identical_and_match_reference(tiers, fmt):
 
 @pytest.mark.parametrize("nb", [41, 513])
 def test_q8_0_odd_and_long_rows_bit_identical_and_match_reference(tiers, nb):
-    """The AVX-512 Q8_0 path takes two blocks a vector from a contiguous copy of the activations: an odd last
-    block runs with its upper half zero (41 blocks), rows longer than the copy holds take the ymm code (513)."""
+    """The AVX-512 Q8_0 path takes two blocks a vector from a contiguous copy of the activations (+ 128, the
+    weights' sums taken off): an odd last block runs with its upper half zero (41 blocks), rows longer than the
+    copy holds take the ymm code (513)."""
     _check_plain(tiers, "q8_0", nb, rows=9, seed=nb)
 
 

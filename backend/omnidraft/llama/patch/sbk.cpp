@@ -52,7 +52,7 @@
 #else
 #define SBK_VARIANT 0
 #endif
-// Q8_0 two blocks a zmm (AVX-512 VNNI builds; see q80_row_zmm)
+// Q8_0 two blocks a zmm (AVX-512 VNNI builds; see q8act_row_zmm)
 #if SBK_VARIANT == 3 && defined(__AVX512BW__)
 #define SBK_Q80_ZMM 1
 #else
@@ -98,7 +98,8 @@ struct acts {
     int64_t nb;             // blocks per row
     const float * d;        // [row][block] scale
     const float * sums;     // Q4_K: [row][block][8] scale * sum of each 32 quants
-    const int8_t * qc;      // Q8_0 on zmm builds: [row][block][32] the quants + 128 (as unsigned bytes), or null
+    const int8_t * qc;      // Q8_0 weights on zmm builds: [row][block][32] the activations' quants + 128 (as
+                            // unsigned bytes), or null
     const float * dx;       // with qc: [row][block pair][16] the pair's scales, 8 lanes each (0 past the last block)
 };
 
@@ -108,10 +109,10 @@ struct acts {
 constexpr size_t TABLE_FLOATS = 16384;
 alignas(64) thread_local float TABLE[TABLE_FLOATS];
 #if SBK_Q80_ZMM
-// Q8_0 activations' quants, contiguous (ggml's blocks put a 2-byte scale between each 32), so that one 512-bit
-// load takes two blocks.  Rows of up to 16,384 values; wider ones take the ymm code.  Beside them each block
-// pair's two scales spread over the halves of a vector, as q80_row_zmm multiplies them: a load where building
-// it took two broadcasts and a blend per row and pair.
+// Q8_0 activations' quants (of Q8_0 weights' products), contiguous (ggml's blocks put a 2-byte scale
+// between each 32), so that one 512-bit load takes two blocks.  Rows of up to 16,384 values; wider ones take
+// the ymm code.  Beside them each block pair's two scales spread over the halves of a vector, as
+// q8act_row_zmm multiplies them: a load where building it took two broadcasts and a blend per row and pair.
 constexpr int64_t QCOPY_BLOCKS = 512;
 alignas(64) thread_local int8_t QCOPY[8 * QCOPY_BLOCKS * 32];
 alignas(64) thread_local float DXCOPY[8 * QCOPY_BLOCKS / 2 * 16];
@@ -362,7 +363,9 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
 
 #if SBK_Q80_ZMM
 // Q8_0 on 512 bits, two blocks a vector, where the ymm code above spends 7 instructions per 32 weights and row
-// (every 32 weights carry their own scale): here 4 per 64 besides loads.  The activations' quants come
+// (every 32 weights carry their own scale): here 4 per 64 besides loads.  Q5_0 weights (q50_block) run through
+// this template as well, but on the 2-core Zen 4 the 0.5B's one-token pass, 55 % Q5_0, took 8-10 % longer in
+// the loop (T(8) 10 % less): their unpack costs more as zmm there, so they keep the ymm code.  The activations' quants come
 // contiguous (acts::qc), so a row's two blocks are one load.  dpbusd multiplies unsigned by signed bytes: the
 // activations are stored + 128 (unsigned) and the weights go in as they are, signed; the 128 * sum(w) that adds
 // is taken off by starting each row's sum at -128 * sum(w), computed once per pair for every row.  So each row
@@ -374,8 +377,8 @@ inline __m512 halves(float lo, float hi) {  // lanes 0-7 lo, 8-15 hi
     return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
 }
 
-template <int N>
-void q80_row_zmm(const uint8_t * x, const acts & a, float * out, size_t stride) {
+template <class B, int N>
+void q8act_row_zmm(const uint8_t * x, const acts & a, float * out, size_t stride) {
     __m512 acc[N];
     SBK_UNROLL
     for (int j = 0; j < N; j++) {
@@ -384,14 +387,14 @@ void q80_row_zmm(const uint8_t * x, const acts & a, float * out, size_t stride) 
     const __m512i zero = _mm512_setzero_si512();
     const __m512i c128 = _mm512_set1_epi8((char) 0x80);  // 128 as an unsigned byte
     const int64_t pairs = (a.nb + 1) / 2;
-    for (int64_t b = 0; b < a.nb; b += 2, x += 2 * Q80_BYTES) {
+    for (int64_t b = 0; b < a.nb; b += 2, x += 2 * B::BYTES) {
         _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
         _mm_prefetch((const char *) x + PREFETCH + 64, _MM_HINT_T0);
         const bool both = b + 1 < a.nb;
-        const __m512i lo = _mm512_zextsi256_si512(load(x + 2));
-        const __m512i w = both ? _mm512_inserti64x4(lo, load(x + 2 + Q80_BYTES), 1) : lo;
+        const __m512i lo = _mm512_zextsi256_si512(B::weights(x));
+        const __m512i w = both ? _mm512_inserti64x4(lo, B::weights(x + B::BYTES), 1) : lo;
         const __m512i bias = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, w));  // -128 * sum(w)
-        const __m512 dw = halves(fp16(x), both ? fp16(x + Q80_BYTES) : 0.0f);
+        const __m512 dw = halves(fp16(x), both ? fp16(x + B::BYTES) : 0.0f);
         SBK_UNROLL
         for (int j = 0; j < N; j++) {
             const int8_t * q = a.qc + (j * a.nb + b) * 32;
@@ -889,10 +892,9 @@ acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
                 *d = fp16(act + j * stride + i * Q80_BYTES);
 #if SBK_Q80_ZMM
                 if (qc != nullptr) {  // x + 128 as an unsigned byte is x with its top bit flipped
-                    const uint8_t * y = act + j * stride + i * Q80_BYTES + 2;
-                    for (int k = 0; k < 32; k++) {
-                        qc[(j * nb + i) * 32 + k] = (int8_t) (y[k] ^ 0x80);
-                    }
+                    _mm256_storeu_si256((__m256i *) (qc + (j * nb + i) * 32),
+                                        _mm256_xor_si256(load(act + j * stride + i * Q80_BYTES + 2),
+                                                         _mm256_set1_epi8((char) 0x80)));
                 }
 #endif
             }
@@ -903,12 +905,8 @@ acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
         const int64_t pairs = (nb + 1) / 2;
         for (int j = 0; j < n; j++) {
             for (int64_t p = 0; p < pairs; p++) {
-                float * v = DXCOPY + (j * pairs + p) * 16;
                 const float d1 = 2 * p + 1 < nb ? t[j * nb + 2 * p + 1] : 0.0f;
-                for (int k = 0; k < 8; k++) {
-                    v[k] = t[j * nb + 2 * p];
-                    v[8 + k] = d1;
-                }
+                _mm512_store_ps(DXCOPY + (j * pairs + p) * 16, halves(t[j * nb + 2 * p], d1));
             }
         }
     }
@@ -923,7 +921,7 @@ using pair_fn = void (*)(const uint8_t *, const uint8_t *, const acts &, float *
 template <int N> void q80_row(const uint8_t * x, const acts & a, float * o, size_t s) {
 #if SBK_Q80_ZMM
     if (a.qc != nullptr) {  // decided by the row length alone: every batch of one product takes the same path
-        q80_row_zmm<N>(x, a, o, s);
+        q8act_row_zmm<q80_block, N>(x, a, o, s);
         return;
     }
 #endif
