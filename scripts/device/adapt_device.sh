@@ -320,7 +320,7 @@ wait_runs() {  # there: until every run has ended or SECONDS passed; what each h
 drafters() {  # there, after `wait`: each run's kept drafters (EXTRA=--keep-drafters) as differences from its control
              # (gguf_delta.py), the control whole once, in 15 MiB pieces; each call sends at most 4 pieces (the
              # 8-file, 64 MiB limit of what comes back) to $OUT/dr/RUN/; call again until it says 0 left.  Here:
-             # cat each FILE.xz.p* > FILE.xz, then gguf_delta.py unpack
+             # cat each FILE.xz.p* > FILE.xz, then gguf_delta.py unpack --from DIR (the control travels whole)
   local p=$W/pack n=0 f left=0 first=""
   if [ ! -f "$p/done" ]; then
     for name in "$@"; do

@@ -7,8 +7,9 @@ layout, byte for byte) is mostly zeros and ones, and xz packs that several times
 
     pack   --base CONTROL --out DIR FILE...      DIR/<name>.xz (the byte-wise difference, or the whole file where
                                                  the sizes differ) and DIR/manifest.json (sizes, sha256s)
-    unpack --base CONTROL --from DIR --out DIR2  every file of the manifest whose parts are there, checked against
-                                                 its sha256 (a wrong base or a damaged part is an error, not a file)
+    unpack [--base CONTROL] --from DIR --out DIR2   every file of the manifest whose parts are there, checked
+                                                 against its sha256 (a wrong base or a damaged part is an error, not
+                                                 a file); the base may be a whole file of the same manifest
 
 The base itself travels with ``pack --whole``.  Standard library and numpy only (the device's Python has both).
 """
@@ -63,21 +64,30 @@ def pack(base: Path | None, files: list[Path], out: Path, jobs: int) -> list[dic
 
 
 def unpack(base: Path | None, src: Path, out: Path) -> list[Path]:
+    """Whole files first: a control packed ``--whole`` beside its differences serves as their base, so
+    ``--base`` is needed only where the base did not travel."""
     out.mkdir(parents=True, exist_ok=True)
-    ref = base.read_bytes() if base else b""
+    refs = {}
+    if base:
+        data = base.read_bytes()
+        refs[_sha(data)] = data
     made = []
-    for e in json.loads((src / "manifest.json").read_text()):
+    for e in sorted(json.loads((src / "manifest.json").read_text()), key=lambda e: e["kind"] != "whole"):
         part = src / (e["name"] + ".xz")
         if not part.is_file():
             print(f"{e['name']}: not here, skipped", flush=True)
             continue
         payload = lzma.decompress(part.read_bytes())
         if e["kind"] == "delta":
-            if _sha(ref) != e["base_sha256"]:
-                raise SystemExit(f"{e['name']}: packed against base {e['base_sha256'][:16]}, not this base")
+            ref = refs.get(e["base_sha256"])
+            if ref is None:
+                raise SystemExit(f"{e['name']}: packed against base {e['base_sha256'][:16]}, which is neither --base "
+                                 "nor a whole file here")
             payload = (np.frombuffer(payload, np.uint8) + np.frombuffer(ref, np.uint8)).tobytes()
         if len(payload) != e["size"] or _sha(payload) != e["sha256"]:
             raise SystemExit(f"{e['name']}: rebuilt file does not match its sha256 (damaged part?)")
+        if e["kind"] == "whole":
+            refs[e["sha256"]] = payload
         dst = out / e["name"]
         tmp = dst.with_suffix(".tmp")
         tmp.write_bytes(payload)
