@@ -3,12 +3,17 @@
 # at most 64 MiB with what `carry` adds). The bundled drafter alone is 48 MiB of it, so a session of
 # 48 MiB part calls (scripts/device/device_xfer.sh) takes it out of the index for the duration:
 #   scripts/device/device_tree.sh light     untrack the bundled GGUFs and list them in .git/info/exclude (the files stay)
+#   LIGHT_RESULTS=1 ... light               results/ too (27 of the tree's 30 MiB, 2026-12-06; no device script reads
+#                                           it), so parts of 54 MiB fit: 9 calls for the 0.5B + SmolLM2 where 32 MiB took 15
 #   scripts/device/device_tree.sh restore   track them again (run before any commit: a commit while light deletes them)
 #   scripts/device/device_tree.sh size      MiB a call would carry now, before its carried paths
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 EXCLUDE=$(git rev-parse --git-path info/exclude)
-bundled() { git ls-files 'models/*.gguf'; }
+bundled() {
+  git ls-files 'models/*.gguf'
+  if [ -n "${LIGHT_RESULTS:-}" ] && [ -n "$(git ls-files results | head -n 1)" ]; then echo results; fi
+}
 
 size() {
   git ls-files -co --exclude-standard -z | du -c -k --files0-from=- 2>/dev/null | tail -n 1 |
@@ -20,16 +25,16 @@ case "${1:-}" in
     files=$(bundled)
     [ -n "$files" ] || { echo "nothing bundled is tracked (already light?)"; size; exit 0; }
     for f in $files; do
-      git rm -q --cached "$f"
+      git rm -r -q --cached "$f"
       grep -qxF "/$f" "$EXCLUDE" 2>/dev/null || echo "/$f" >> "$EXCLUDE"
       echo "untracked for the session: $f"
     done
     size ;;
   restore)
-    for line in $(grep '^/models/.*\.gguf$' "$EXCLUDE" 2>/dev/null || true); do
+    for line in $(grep -e '^/models/.*\.gguf$' -e '^/results$' "$EXCLUDE" 2>/dev/null || true); do
       f=${line#/}
       sed -i "\\#^/$f\$#d" "$EXCLUDE"
-      [ -f "$f" ] && git add -f "$f" && echo "tracked again: $f"
+      [ -e "$f" ] && git add -f "$f" && echo "tracked again: $f"
     done
     size ;;
   size) size ;;
