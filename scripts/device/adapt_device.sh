@@ -102,6 +102,15 @@
 # folder and log moved aside first) + `wait` (328 s), give_back: 14.7 minutes of device time in all.  The machine
 # goes back after 30 s idle: chain the calls.
 #
+# 2026-12-06, results/issue43/device-1000 (nvidia-h100-x1): `go code-long-mb4 chat-long-mb4` again, N_TRAIN=1000,
+# EXTRA='--checkpoints 64,128,256,512,1000 --keep-drafters', then `drafters` for goal 1's wall-clock on 2 cores.  With
+# `LIGHT_RESULTS=1 device_tree.sh light` the tree was 3.8 MiB, so the 0.5B and SmolLM2-135M went as 9 parts of 54 MiB
+# (`PART=54M device_xfer.sh pack adapt FILES`, the shipped drafter left out).  start carried .devadapt + manifest +
+# part008, parts 000-006 one a call, part007 with `go` + `wait $((530 - SECONDS))` (the CUDA build 226 s), `wait 555`
+# (both streams ended 680-704 s after `go`).  `drafters` packed for 277 s (the differences in parallel, then the
+# control whole on one core: NO_CONTROL=1 skips that now), then one point a call by hand, latest first (the script's order now).  22.1 minutes of device time
+# for all that, 4.5 more for two starts that found no machine.
+#
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
 set -euo pipefail
@@ -320,7 +329,10 @@ wait_runs() {  # there: until every run has ended or SECONDS passed; what each h
 drafters() {  # there, after `wait`: each run's kept drafters (EXTRA=--keep-drafters) as differences from its control
              # (gguf_delta.py), the control whole once, in 15 MiB pieces; each call sends at most 4 pieces (the
              # 8-file, 64 MiB limit of what comes back) to $OUT/dr/RUN/; call again until it says 0 left.  Here:
-             # cat each FILE.xz.p* > FILE.xz, then gguf_delta.py unpack --from DIR (the control travels whole)
+             # cat each FILE.xz.p* > FILE.xz, then gguf_delta.py unpack --from DIR (the control travels whole).
+             # NO_CONTROL=1: the control stays there (145 MB packed whole on one core, then 9 pieces to send;
+             # `trainer export --qtype q8_0` of the same base here gives the same bytes: compare the sha256 it
+             # prints).  Pieces go latest point first, so the stream's end arrives first if the budget runs out
   local p=$W/pack n=0 f left=0 first=""
   if [ ! -f "$p/done" ]; then
     for name in "$@"; do
@@ -328,7 +340,9 @@ drafters() {  # there, after `wait`: each run's kept drafters (EXTRA=--keep-draf
       c=$(ls "$d"/control-*.gguf | head -n 1)
       python3 scripts/lab/gguf_delta.py pack --base "$c" --out "$p/$name" --jobs 16 "$d"/drafters/*.gguf
       # the runs share a control where they share a base: it travels once
-      if [ -z "$first" ] || ! cmp -s "$c" "$first"; then
+      if [ -n "${NO_CONTROL:-}" ]; then
+        say "$name's control kept here: $(sha256sum "$c" | cut -c1-16) (NO_CONTROL)"
+      elif [ -z "$first" ] || ! cmp -s "$c" "$first"; then
         python3 scripts/lab/gguf_delta.py pack --whole --out "$p/$name" "$c"
       else
         say "$name's control is ${first##*/run-}'s, byte for byte"
@@ -338,7 +352,9 @@ drafters() {  # there, after `wait`: each run's kept drafters (EXTRA=--keep-draf
     (cd "$p" && for f in */*.xz; do split -b 15M -d -a 2 "$f" "$f.p" && rm "$f"; done)
     touch "$p/done"
   fi
-  for f in $(cd "$p" && ls -- */*.xz.p[0-9][0-9] | sort); do
+  # a control first (the base of the rest), then the points from the last back (after-NNNN sorts by point)
+  for f in $(cd "$p" && ls -- */*.xz.p[0-9][0-9] | awk -F/ '{print ($2 ~ /^control/ ? 1 : 0), $2, $0}' |
+             sort -k1,1r -k2,2r | cut -d' ' -f3); do
     [ -f "$p/$f.sent" ] && continue
     if [ $n -lt 4 ]; then
       mkdir -p "$OUT/dr/${f%%/*}"; cp "$p/$f" "$OUT/dr/$f"; touch "$p/$f.sent"; n=$((n + 1))

@@ -40,6 +40,10 @@ each point's figures from the stream's n-gram cache, the old domains, goal 3's r
 cache), unseen-chat-xl-CARD.png (beside the twentieth session's chat-long-mb4) and drift-domain-mb4-CARD.png.
 results/issue43/device-drift (2026-12-05) holds drift-mb4 alone, to its 512 requests on a lent H100.
 
+results/issue43/device-1000 (2026-12-06: code-long-mb4 and chat-long-mb4 again, on an H100, their drafters kept)
+gives rep-NAME-h100.json per run and unseen-code-1000-twice.png / unseen-chat-1000-twice.png, each beside the
+twentieth session's run.
+
 A DIR that holds code-long-mb4/, chat-long-mb4/ or code-long-mb4-dm/ (results/issue43/device-mb4, twentieth session:
 four records a step at lr 2e-3) gives mb4-NAME-h200.json per run (with the fit from 128 on),
 unseen-code-mb4-h200.png (beside the one-record-a-step code-long curve) and unseen-chat-mb4-h200.png (beside the
@@ -207,6 +211,8 @@ def main(argv: list[str]) -> None:
     chat2 = (src / "chat-full").is_dir()
     if any((src / n).is_dir() for n in XL):
         return _xl(src, out, argv[2] if len(argv) > 2 else "h100")
+    if src.name == "device-1000":
+        return _repeat(src, out)
     if any((src / n).is_dir() for n in MICRO):
         return _micro(src, out)
     where = WHERE_X2 if variants else WHERE_RANK if ranks else WHERE_LONG if longs else WHERE_CHAT if chat2 else WHERE
@@ -306,6 +312,30 @@ def _micro(src: Path, out: Path) -> None:
     if "chat-long-mb4" in runs:
         plot([runs["chat-long-mb4"]] + ([refs["chat"]] if "chat" in refs else []), out / "unseen-chat-mb4-h200.png",
              f"unseen-chat on chat-long: 4 records a step against 1 (32 ShareGPT prompts held out){pair}")
+
+
+def _repeat(src: Path, out: Path) -> None:
+    """results/issue43/device-1000 (2026-12-06): code-long-mb4 and chat-long-mb4 run again to 1,000 on an H100, with
+    --keep-drafters (their wall-clock on 2 cores: issue43_wallclock.py), beside the twentieth session's runs."""
+    where = ("lent GPU machine: 1 NVIDIA H100 + 16-core host; generation fully offloaded (CUDA build of llama-cpp-python "
+             "0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code-long-mb4 and chat-long-mb4 "
+             "at once on the one GPU, N_TRAIN=1000, --checkpoints 64,128,256,512,1000 --keep-drafters (2026-12-06, "
+             f"{src})")
+    pair = "\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-0.5B q4_0_pure; held-out k = 4 (5-row passes)"
+    for name, scenario in (("code-long-mb4", "unseen-code"), ("chat-long-mb4", "unseen-chat")):
+        if not (src / name).is_dir():
+            continue
+        r = load_run(src / name, name, where)
+        r["label"] = "again, 1 H100 (2026-12-06)"
+        r["fit_from_128"] = fit_from(r["curve"], 128, 1.25 * r["control"]["tau"])
+        (out / f"rep-{name}-h100.json").write_text(json.dumps(r, indent=1))
+        print(f"{name}: {r['stream_prompts_seen']} requests; vs control {gains_line(r)}; slope {r['slope_at_end']}; "
+              f"fit from 128 {r['fit_from_128']}")
+        ref_path = Path(f"results/issue43/device-mb4/mb4-{name}-h200.json")
+        ref = {**json.loads(ref_path.read_text()), "label": "first run, 1 H200 (2026-12-02)"} if ref_path.is_file() \
+            else None
+        plot([r] + ([ref] if ref else []), out / f"{scenario}-1000-twice.png",
+             f"{scenario} to 1,000 requests, twice (4 records a step, lr 2e-3){pair}")
 
 
 def _xl(src: Path, out: Path, card: str) -> None:
