@@ -363,10 +363,11 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
 
 #if SBK_Q80_ZMM
 // Q8_0 on 512 bits, two blocks a vector, where the ymm code above spends 7 instructions per 32 weights and row
-// (every 32 weights carry their own scale): here 4 per 64 besides loads.  Q5_0 weights (q50_block) run through
-// this template as well, but on the 2-core Zen 4 the 0.5B's one-token pass, 55 % Q5_0, took 8-10 % longer in
-// the loop (T(8) 10 % less): their unpack costs more as zmm there, so they keep the ymm code.  The activations' quants come
-// contiguous (acts::qc), so a row's two blocks are one load.  dpbusd multiplies unsigned by signed bytes: the
+// (every 32 weights carry their own scale): here 4 per 64 besides loads.  The block type is a parameter (B::BYTES,
+// B::weights) because Q5_0 (q50_block) was tried through it: on the 2-core Zen 4 the 0.5B's one-token pass, 55 %
+// Q5_0, took 8-10 % longer in the loop (T(8) 10 % less), its unpack costing more as zmm there.  So Q5_0 keeps the
+// ymm code and only q80_row instantiates this.  The activations' quants come contiguous (acts::qc), so a row's
+// two blocks are one load.  dpbusd multiplies unsigned by signed bytes: the
 // activations are stored + 128 (unsigned) and the weights go in as they are, signed; the 128 * sum(w) that adds
 // is taken off by starting each row's sum at -128 * sum(w), computed once per pair for every row.  So each row
 // pays one dpbusd, no sign fix (this took a masked subtract a row, and |w| and a sign mask a pair), and the sums
