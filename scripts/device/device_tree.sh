@@ -34,7 +34,9 @@ case "${1:-}" in
     for line in $(grep -e '^/models/.*\.gguf$' -e '^/results$' "$EXCLUDE" 2>/dev/null || true); do
       f=${line#/}
       sed -i "\\#^/$f\$#d" "$EXCLUDE"
-      [ -e "$f" ] && git add -f "$f" && echo "tracked again: $f"
+      # -f for the GGUFs (.gitignore lists *.gguf); results/ as usual, so that nothing ignored under it joins
+      if [ -d "$f" ]; then git add "$f"; elif [ -f "$f" ]; then git add -f "$f"; else continue; fi
+      echo "tracked again: $f"
     done
     size ;;
   size) size ;;
