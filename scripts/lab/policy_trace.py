@@ -4,7 +4,11 @@ they kept and the policy's timings; per step that drafted, its acceptance estima
 target passes' measured times by size against the cost model's (issue 41: a run whose two-token passes cost
 2.0 decodes where the model said 1.47).
 
-    .venv/bin/python scripts/lab/policy_trace.py --target qwen2.5-coder-0.5b --set humaneval [--steps]
+With ``--steps --all`` every step is printed with the predicted speedup of each draft length and the drafter's lag,
+and each request's start with why the drafter read its prompt or not (issue 43: a 30-layer drafter whose pauses
+kept themselves going).
+
+    .venv/bin/python scripts/lab/policy_trace.py --target qwen2.5-coder-0.5b --set humaneval [--steps [--all]]
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ def main() -> None:
     ap.add_argument("--draft", default="smollm2-135m-d8-qwen:q4_0_pure+fr")
     ap.add_argument("--set", default="humaneval", help="held-out prompt set")
     ap.add_argument("--steps", action="store_true", help="print every drafting step's policy state")
+    ap.add_argument("--all", action="store_true", help="with --steps: every step's, with its predicted speedups")
     args = ap.parse_args()
     session = Session(Settings(target=args.target, draft=args.draft, method="omnidraft"))
     ctx = runner.BenchContext(session)
@@ -38,22 +43,36 @@ def main() -> None:
 
     def traced(limit: int) -> int:  # the policy's state at each step that drafts
         k = choose(limit)
-        if k:
+        if k or args.all:
+            speeds = [round(pol.expected_speed(n) * pol.t_verify[1], 3) for n in range(min(limit, 4) + 1)]
             log.append(dict(step=pol.steps, k=k, probe=pol._probing, acc=[round(a, 2) for a in pol.acc[:3]],
                             acc_long=[round(a, 2) for a in pol.acc_long[:2]], credit_ms=round(pol.credit * 1e3, 1),
-                            lag=pol.lag))
+                            lag=pol.lag, predicted=speeds, guard_alone=pol.guard.stats.alone_steps,
+                            guard_blocked=pol.guard.stats.blocked_steps))
         return k
     pol.choose_k = traced
+    real_begin = pol.begin_request
+
+    def begin(unread: int = 0, expected: int = 0) -> bool:  # why a request's start reads its prompt or not
+        read = real_begin(unread, expected)
+        o = pol._outlook(pol.cfg.k, note=True)
+        log.append(dict(step=pol.steps, begin=read, unread=unread, expected=expected, paid=pol.rule.reads_prompt(o),
+                        speeds=[round(x * pol.t_verify[1], 3) for x in o.speeds],
+                        long_speeds=[round(x * pol.t_verify[1], 3) for x in o.long_speeds],
+                        catchup_ms=round(pol.catchup_cost(unread) * 1e3, 1), k=0, probe=False))
+        return read
+    pol.begin_request = begin
     by_rows: dict[int, list[float]] = collections.defaultdict(list)
     for item in snapshot.load_set(args.set).split("heldout")[:6]:
         prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
             else gen.prompt_from_text(item.prompt)
         n0, final = len(log), gen.generate(prompt, GenerationParams(max_tokens=64))
         drafted = [s.accepted for s in final.steps if s.proposed]
+        n_probes = sum(r["probe"] for r in log[n0:] if r["k"])
         for s in final.steps:
             by_rows[s.proposed + 1].append(s.target_s)
         print(f"prompt of {len(prompt.target_ids)} tokens: {len(drafted)} drafting steps kept {sum(drafted)}, "
-              f"{sum(r['probe'] for r in log[n0:])} probes; T(1..3) "
+              f"{n_probes} probes; T(1..3) "
               f"{[round(x * 1e3, 1) for x in pol.t_verify[1:4]]} ms, drafter {pol.t_draft * 1e3:.2f} ms a token")
     if args.steps:
         for r in log:

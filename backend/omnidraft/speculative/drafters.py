@@ -134,7 +134,7 @@ class ModelDrafter:
         ids: list[int] = []
         probs: list[float] = []
         feats: list[DraftFeatures] = []
-        catchup_s, t0 = 0.0, time.perf_counter()
+        catchup_s, first_read, first_s, t0 = 0.0, 0, 0.0, time.perf_counter()
         try:
             if len(todo) > CATCHUP_MIN:  # text written while it sat idle: read apart, priced apart (Draft.catchup_s)
                 self.engine.decode(todo[:-1], "none")
@@ -142,7 +142,10 @@ class ModelDrafter:
                 catchup_s = time.perf_counter() - t0
                 t0 += catchup_s
             for depth in range(k):
+                if depth == 1:  # the first pass, as it also reads the target's tokens since the last draft
+                    first_s = time.perf_counter() - t0
                 row = self.engine.decode(todo, "last")[0]
+                first_read = first_read or len(todo)
                 self.counters.pass_hist[len(todo)] = self.counters.pass_hist.get(len(todo), 0) + 1
                 if self._head is not None:
                     row = row[:len(self._head)]
@@ -164,11 +167,12 @@ class ModelDrafter:
         except ContextOverflow:
             self.disabled = True
         t1 = time.perf_counter()
+        first_s = first_s or (t1 - t0 if first_read else 0.0)  # one pass in all
         self.last = Proposal(ids, probs)
         cands = self.translator.translate(self.last)
         t2 = time.perf_counter()
         return self.counters.add(Draft(cands, tuple(feats), len(ids), t1 - t0, t_sync + t2 - t1,
-                                       catchup_s=catchup_s))
+                                       catchup_s=catchup_s, first_read=first_read, first_s=first_s))
 
     def accept(self, verdict: Verdict) -> None:
         # Text the target wrote while the drafter sat idle is only queued: when the policy

@@ -16,6 +16,7 @@ from .rules import (ACC_PRIOR, POLICIES, RULES, Outlook, PolicyConfig, Rule, Ste
                     StopRule)
 from .step import CATCHUP_MIN, StepOutcome  # StepOutcome re-exported: what the policy observes
 
+READ0_PRIOR = 1.5  # tokens a step's first drafter pass reads after a drafting step, until timed (a correction, or 2)
 CATCHUP_PRIOR = 0.25  # a caught-up token's seconds as a share of a one-token drafter pass, until one is timed
 LONG_RUN = 200  # candidates per position the long-run acceptance averages over (stretches of text: ~12 steps)
 PRIOR_RUN = 20  # the prior's weight in it, in candidates: a first trial of six steps does not decide it alone
@@ -37,18 +38,25 @@ class DraftPolicy:
         n = cfg.k + 2
         self.t_verify = [0.0] * (n + 1)  # EMA seconds of a target pass of n tokens
         self.n_verify = [0] * (n + 1)
-        # T(n) / T(1) from a seeded cost model, for sizes this session has not timed itself: a pass's
-        # cost grows with the context, so these follow the live T(1) instead of staying at start-up values
-        self._seeded_ratio: dict[int, float] = {}
+        # T(n) / T(1) by which the other sizes follow each live T(1): the seeded cost model's, then each size's own
+        # as last timed (``observe``).  A pass's cost grows with the context and the machine's pace drifts
+        self._ratio: dict[int, float] = {}
         # the same ratios, kept: the floor of T(n) / T(1) that a live T(1) is held to (``_hold_t1``)
         self._startup_ratio: dict[int, float] = {}
         self._since_t1 = 0  # steps observed since the last one-token pass
-        self.t_draft = 0.0  # EMA seconds per drafter token
+        # drafting k tokens costs k one-token drafter passes, the first of which also reads the target's tokens the
+        # drafter has not seen: t_draft is a one-token pass, t_read each further token the first pass reads, read0
+        # the tokens it reads after a drafting step (draft_cost)
+        self.t_draft = 0.0
         self.n_draft = 0
+        self.t_read, self.n_read = 0.0, 0
+        self.read0, self.n_read0 = READ0_PRIOR, 0
         # target tokens written since the drafter last drafted (it reads them before its next draft), and the
         # EMA seconds that reading takes per token once timed (else CATCHUP_PRIOR of a drafter pass)
         self.lag = 0
         self.unread = 0  # of ``lag``, the prompt tokens the drafter left unread at the request's start
+        self.left = 0  # target tokens the request may still write (0: not known)
+        self.unresumed = 0  # steps where drafting again would not have repaid the drafter's reading (stats)
         self.t_catchup, self.n_catchup = 0.0, 0
         self.acc = [ACC_PRIOR] * n  # EMA P(candidate i accepted | i-1 accepted), optimistic start
         # the same over the long run, for the guard's tokens of a drafting step: a mean of the last ~LONG_RUN
@@ -80,7 +88,7 @@ class DraftPolicy:
         64-token request that never drafts.  Nor where the reading costs more than drafting is predicted to save
         over the ``expected`` tokens the request may write (0: not known, not weighed): see ``_read_pays``."""
         self.acc = [max(a, 0.5 * a + 0.5 * ACC_PRIOR) for a in self.acc]
-        self.lag = 0
+        self.lag, self.left = 0, expected
         o = replace(self._outlook(self.cfg.k, note=True), allowed=not self.guard.losing())
         read = self.rule.reads_prompt(o) and self._read_pays(o, unread, expected)
         if not read:  # the drafter reads the ``unread`` prompt tokens only if a step asks it to draft
@@ -113,7 +121,9 @@ class DraftPolicy:
         self.steps += 1
         k = self.cap(limit)
         rule = self.rule
-        c = rule.choose(self._outlook(k) if rule.seeded_with_costs else Outlook(k))
+        o = self._outlook(k) if rule.seeded_with_costs else Outlook(k)
+        c = rule.choose(o)
+        self.unresumed += not o.resume
         self._probing = c.probe
         if c.probe:
             self._last_probe = self.steps
@@ -136,7 +146,7 @@ class DraftPolicy:
         if self.steps - self._last_probe < self.cfg.probe_every:
             return False
         # at the long-run acceptance: a new request leans ``acc`` towards the prior, which prices a probe as free
-        loss = self.t_verify[2] + self.t_draft - expected_tokens(self.acc_long, 1) * self.t_verify[1]
+        loss = self.t_verify[2] + self.passes_s(1, lag=0) - expected_tokens(self.acc_long, 1) * self.t_verify[1]
         return self.credit >= loss + self.catchup_cost(self.unread)
 
     def _outlook(self, k: int, note: bool = False) -> Outlook:
@@ -146,11 +156,11 @@ class DraftPolicy:
         if not self._calibrated() and not note:
             return Outlook(k)
         timed = tuple(n == 0 or self.n_verify[n + 1] > 0 for n in range(k + 1))
+        long_speeds = tuple(self.expected_speed(n, self.acc_long) if t else 0.0 for n, t in enumerate(timed))
         o = Outlook(k, True, self._calibrated(), self.ceiling(k),
                     tuple(self.expected_speed(n) if t else 0.0 for n, t in enumerate(timed)), timed,
-                    self.probe_due(), margin=self.cfg.margin,
-                    long_speeds=tuple(self.expected_speed(n, self.acc_long) if t else 0.0
-                                      for n, t in enumerate(timed)))
+                    self.probe_due(), margin=self.cfg.margin, long_speeds=long_speeds,
+                    resume=self._resume_pays(long_speeds))
         if not note:
             return o
         gains = tuple(speedup(*self._expected_tokens_cost(n), self.t_verify[1]) for n in range(k + 1))
@@ -170,7 +180,8 @@ class DraftPolicy:
     def stop_rule(self) -> StopRule:
         """This step's early stop for the drafter (``StopRule.keep_going``)."""
         return StopRule(self.cfg, self.predictor.predict,
-                        StepCosts(tuple(self.t_verify), tuple(n > 0 for n in self.n_verify), self.t_draft))
+                        StepCosts(tuple(self.t_verify), tuple(n > 0 for n in self.n_verify), self.t_draft,
+                                  self.passes_s(1) - self.t_draft))
 
     def expected_speed(self, k: int, acc: list[float] | None = None) -> float:
         """Predicted target tokens per second at draft length k (0 = target alone), at the recent acceptance
@@ -179,9 +190,39 @@ class DraftPolicy:
         return tokens / cost if cost > 0 else 0.0
 
     def _expected_tokens_cost(self, k: int, acc: list[float] | None = None) -> tuple[float, float]:
-        """(expected target tokens, seconds) of a step drafting k tokens, the drafter's catching up included."""
-        catchup = self.catchup_cost() if k > 0 else 0.0
-        return expected_tokens(self.acc if acc is None else acc, k), self.t_verify[k + 1] + k * self.t_draft + catchup
+        """(expected target tokens, seconds) of a step drafting k tokens while drafting goes on: the drafter's debt
+        after a pause is weighed apart (``_resume_pays``)."""
+        return expected_tokens(self.acc if acc is None else acc, k), self.t_verify[k + 1] + self.passes_s(k, lag=0)
+
+    def _resume_pays(self, speeds: tuple[float, ...]) -> bool:
+        """After a pause the drafter first reads what the target wrote meanwhile: a debt paid once, whatever the
+        draft length, and not again while drafting goes on.  Does drafting over the tokens the request has left, at
+        the best of ``speeds`` (long-run acceptance), save more than that?  Priced into each step's speed instead,
+        as it was, the debt grew with every idle step, so a pause kept itself going: with the 30-layer drafter on
+        HumanEval (1.5B Q4_K_M, 2-core Zen 4) a dip of the acceptance estimate to 0.37 stopped drafting for the
+        rest of a request, one step's price of a one-token draft rising from 1.0x to 0.5x the target alone's
+        pace as the lag grew from 1 to 13 tokens, where the same draft after no pause was predicted at 1.2x."""
+        debt = self.catchup_cost() + self.passes_s(1) - self.passes_s(1, lag=0)
+        best = max(speeds[1:], default=0.0)
+        if debt <= 0 or not self.left or not best or not speeds[0]:
+            return True
+        return self.left * (1.0 / speeds[0] - 1.0 / best) > debt
+
+    def passes_s(self, k: int, lag: int | None = None) -> float:
+        """Seconds of the drafter's k passes of a k-token draft, ``lag`` target tokens after its last draft.
+
+        Each pass drafts one token; the first also reads what the drafter has not seen: the step's own tokens
+        (``read0``) and the ``lag`` written since (a longer lag is caught up on apart: catchup_cost).  Priced at
+        one rate per drafted token, as it was, a price learnt from one-token drafts after idle steps (up to 8
+        tokens read in one pass) made every longer draft k times too dear: the 30-layer drafter's token read
+        7.5-9.5 ms that way against 6.8-7.8 inside fixed three-token drafts (1.5B Q4_K_M, 2-core Zen 4), and the
+        default drafted one token a step on 64-89 of 314-340 steps while its drafting steps ran 1.23-1.40x the
+        pace of the target alone."""
+        if k <= 0:
+            return 0.0
+        lag = self.lag if lag is None else lag
+        read = 1.0 if lag > CATCHUP_MIN else self.read0 + lag
+        return k * self.t_draft + max(read - 1.0, 0.0) * self.t_read
 
     def catchup_cost(self, lag: int | None = None) -> float:
         """Seconds the drafter would spend reading what the target wrote while it sat idle, before drafting.
@@ -204,7 +245,7 @@ class DraftPolicy:
         best = 0.0
         for k in range(1, k_max + 1):
             if self.n_verify[k + 1]:
-                best = max(best, speedup(k + 1, self.t_verify[k + 1] + k * self.t_draft, base))
+                best = max(best, speedup(k + 1, self.t_verify[k + 1] + self.passes_s(k, lag=0), base))
         return best if best else float("inf")  # nothing measured yet: do not rule speculation out
 
     def note(self, limit: int) -> str:
@@ -220,28 +261,36 @@ class DraftPolicy:
     # ----------------------------------------------------------- observations
     def observe(self, step: StepOutcome) -> None:
         """Learn from one verified step: pass times, acceptance per position, and (per drafted token,
-        tokens after the first rejection censored) the acceptance predictor."""
+        tokens after the first rejection censored) the acceptance predictor.
+
+        Each T(1) rescales the other sizes by their ratio to it, timed ones too (their ratio as last timed, while
+        T(1) was fresh): kept as absolute times, a two-token pass timed in one of a 2-core VM's slow spells
+        (37.2 ms against a T(1) of 36.3) stayed that dear once the spell ended (T(1) 29 ms) and drafting had
+        stopped, so it never resumed; the rate guard, which times whole steps, still catches a ratio that errs
+        the other way."""
         n = step.proposed + 1
         if n < len(self.t_verify):
             self.t_verify[n] = _ema(self.t_verify[n], step.verify_s, self.n_verify[n])
             self.n_verify[n] += 1
-            self._seeded_ratio.pop(n, None)
             if n == 1:
                 self._since_t1 = 0
-                for m, r in self._seeded_ratio.items():
+                for m, r in self._ratio.items():
                     self.t_verify[m] = r * self.t_verify[1]
             else:
                 self._since_t1 += 1
                 self._hold_t1(n)
+                if self._since_t1 < STALE_T1 and self.t_verify[1] > 0:
+                    self._ratio[n] = self.t_verify[n] / self.t_verify[1]
         self._charge(step)
+        if step.drafted:
+            self._learn_draft(step)
         if step.catchup_s > 0 and self.lag > 0:
             self.t_catchup = _ema(self.t_catchup, step.catchup_s / self.lag, self.n_catchup)
             self.n_catchup += 1
         self.lag = 0 if step.drafted or step.catchup_s else self.lag + step.accepted + 1
+        self.left = max(self.left - step.accepted - 1, 0)
         self.unread = min(self.unread, self.lag)
         if step.drafted:
-            self.t_draft = _ema(self.t_draft, step.draft_s / step.drafted, self.n_draft)
-            self.n_draft += 1
             self.lengths[len(step.judged)] = self.lengths.get(len(step.judged), 0) + 1
         if step.judged:
             self.predictor.update(list(step.judged), step.judged_accepted)
@@ -254,6 +303,26 @@ class DraftPolicy:
                 break
         self.chosen.append(step.proposed)
         self._proposed = step.proposed
+
+    def _learn_draft(self, step: StepOutcome) -> None:
+        """The drafter's pass times from one drafting step (``self.lag``: the target tokens it had not seen)."""
+        def one(seconds: float) -> None:
+            self.t_draft = _ema(self.t_draft, seconds, self.n_draft)
+            self.n_draft += 1
+        if not step.first_read:  # a drafter that does not time its first pass: every token priced alike
+            one(step.draft_s / step.drafted)
+            return
+        if step.drafted > 1:
+            one((step.draft_s - step.first_s) / (step.drafted - 1))
+        elif step.first_read == 1 or step.first_s < self.t_draft:  # a one-token pass, or the machine sped up
+            one(step.first_s)
+        if step.first_read > 1:
+            per = max(step.first_s - self.t_draft, 0.0) / (step.first_read - 1)
+            self.t_read = _ema(self.t_read, per, self.n_read)
+            self.n_read += 1
+        if self.lag == 0 and not step.catchup_s:
+            self.read0 = _ema(self.read0, float(step.first_read), self.n_read0)
+            self.n_read0 += 1
 
     def _hold_t1(self, n: int) -> None:
         """Hold the one-token pass time to what a freshly timed n-token pass implies at start-up's T(n) / T(1).
@@ -299,16 +368,23 @@ class DraftPolicy:
     def stats(self) -> dict:
         return {"policy": self.cfg.name, "draft_lengths": dict(sorted(self.lengths.items())),
                 "calibration": self.predictor.calibration(),
+                "draft_pass_ms": {"one_token": round(self.t_draft * 1e3, 3), "per_token_read": round(self.t_read * 1e3, 3),
+                                  "first_read": round(self.read0, 2)},
+                "target_pass_ms": [round(t * 1e3, 1) for t in self.t_verify[1:]], "unresumed_steps": self.unresumed,
                 "position_acceptance": [round(a, 3) for a in self.acc], "guard": self.guard.summary()}
 
-    def seed_costs(self, t_verify: dict[int, float], t_draft: float) -> None:
-        """Start from a measured cost model instead of learning it from scratch."""
+    def seed_costs(self, t_verify: dict[int, float], t_draft: float, t_draft_n: dict[int, float] | None = None) -> None:
+        """Start from a measured cost model instead of learning it from scratch; ``t_draft_n``: the drafter's pass
+        of n tokens, whose slope prices a token its first pass reads."""
         for n, t in t_verify.items():
             if n < len(self.t_verify):
                 self.t_verify[n], self.n_verify[n] = t, max(self.n_verify[n], 1)
                 if n > 1 and t_verify.get(1):
-                    self._seeded_ratio[n] = self._startup_ratio[n] = t / t_verify[1]
+                    self._ratio[n] = self._startup_ratio[n] = t / t_verify[1]
         self.t_draft, self.n_draft = t_draft, max(self.n_draft, 1)
+        if t_draft_n and len(t_draft_n) > 1 and 1 in t_draft_n:
+            top = max(t_draft_n)
+            self.t_read, self.n_read = max(t_draft_n[top] - t_draft_n[1], 0.0) / (top - 1), max(self.n_read, 1)
 
 
 def seeded_policy(cfg: PolicyConfig, method: str, costs: Callable[[], CostModel],
@@ -318,7 +394,8 @@ def seeded_policy(cfg: PolicyConfig, method: str, costs: Callable[[], CostModel]
     policy = DraftPolicy(cfg, predictor)
     if RULES[cfg.name].seeded_with_costs and method != "target":
         cm = costs()
-        policy.seed_costs(cm.t_verify, cm.t_draft if method != "prompt-lookup" else 0.0)
+        free = method == "prompt-lookup"
+        policy.seed_costs(cm.t_verify, 0.0 if free else cm.t_draft, None if free else cm.t_draft_n)
     return policy
 
 

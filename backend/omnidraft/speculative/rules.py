@@ -47,7 +47,8 @@ class StepCosts:
 
     t_verify: tuple[float, ...]  # seconds of a target pass of n tokens, by n
     timed: tuple[bool, ...]  # whether T_verify(n) was measured, by n
-    t_draft: float  # seconds per drafter token
+    t_draft: float  # seconds of a one-token drafter pass: a drafted token
+    t_first: float = 0.0  # what the step's first pass costs beyond one token (it reads the target's last tokens)
 
 
 @dataclass(frozen=True)
@@ -93,14 +94,14 @@ def drafting_pays(d: Drafted, p_min: float, c: StepCosts) -> bool:
     n = d.depth + 1
     if n + 2 >= len(c.t_verify) or not c.timed[n + 2] or not c.timed[n + 1]:
         return d.features.p_top1 >= p_min  # no timing for a longer batch yet: confidence rule
-    now = d.expected / (c.t_verify[n + 1] + n * c.t_draft)
+    now = d.expected / (c.t_verify[n + 1] + n * c.t_draft + c.t_first)
     tokens, reach = d.expected, d.reach
     for m in range(n + 1, len(c.t_verify) - 1):
         if not c.timed[m + 1]:
             break
         reach *= d.p
         tokens += reach
-        if tokens / (c.t_verify[m + 1] + m * c.t_draft) > now:
+        if tokens / (c.t_verify[m + 1] + m * c.t_draft + c.t_first) > now:
             return True
     return False
 
@@ -122,6 +123,8 @@ class Outlook:
     measured: bool = False  # (notes only) some step has drafted
     guard_note: str = ""  # (notes only) why the rate guard stopped drafting, "" while it has not
     long_speeds: tuple[float, ...] = ()  # ``speeds`` at the long-run acceptance (policy.py: acc_long); () not weighed
+    # drafting again after a pause repays the drafter's reading of what was written meanwhile (``_resume_pays``)
+    resume: bool = True
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,8 @@ class Cost(Rule):
         best = best_length(o.speeds, o.timed)
         if best <= 0 or not o.timed[best]:
             return best
+        if not o.resume:
+            return 0
         bar = (1.0 + o.margin) * o.speeds[0]
         return best if o.speeds[best] >= bar and (not o.long_speeds or o.long_speeds[best] >= bar) else 0
 

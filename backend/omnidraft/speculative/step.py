@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
@@ -38,6 +38,10 @@ class Draft:
     # the drafter reading text the target wrote while it sat idle (a cost of the pause, not of this draft: kept
     # out of draft_s, which prices a drafted token for the cost model)
     catchup_s: float = 0.0
+    # the first drafter pass: the tokens it read (its own and the target's since the last draft; 0: not reported)
+    # and its seconds, of draft_s.  Later passes read one token each, so they cost less (DraftPolicy.draft_cost)
+    first_read: int = 0
+    first_s: float = 0.0
 
     def __post_init__(self):
         if not self.parents:
@@ -56,8 +60,7 @@ class Draft:
         """The first ``n`` candidates (of a chain: what one target pass may verify); features and costs kept."""
         if n >= len(self.candidates):
             return self
-        return Draft(self.candidates.truncate(max(n, 0)), self.features, self.drafted, self.draft_s,
-                     self.translate_s, self.parents[:max(n, 0)], self.catchup_s)
+        return replace(self, candidates=self.candidates.truncate(max(n, 0)), parents=self.parents[:max(n, 0)])
 
     def judged(self, n_accepted: int) -> tuple[tuple[DraftFeatures, ...], int]:
         """(features of the drafted tokens the target judged, how many of them it accepted), given how many
@@ -107,12 +110,14 @@ class StepOutcome:
     judged: tuple[DraftFeatures, ...] = ()  # features of the drafted tokens the target judged
     judged_accepted: int = 0  # how many of those it accepted
     catchup_s: float = 0.0  # the drafter reading text written while it sat idle (Draft.catchup_s)
+    first_read: int = 0  # tokens the first drafter pass read (Draft.first_read; 0: not reported)
+    first_s: float = 0.0  # its seconds, of draft_s
 
     @classmethod
     def of(cls, draft: Draft, verdict: Verdict, verify_s: float) -> StepOutcome:
         judged, judged_acc = draft.judged(verdict.accepted)
         return cls(len(draft), verdict.accepted, draft.drafted, verify_s, draft.draft_s, judged, judged_acc,
-                   draft.catchup_s)
+                   draft.catchup_s, draft.first_read, draft.first_s)
 
 
 class PhaseClock:
