@@ -46,7 +46,7 @@ class DraftPolicy:
         self._since_t1 = 0  # steps observed since the last one-token pass
         # drafting k tokens costs k one-token drafter passes, the first of which also reads the target's tokens the
         # drafter has not seen: t_draft is a one-token pass, t_read each further token the first pass reads, read0
-        # the tokens it reads after a drafting step (draft_cost)
+        # the tokens it reads after a drafting step (passes_s)
         self.t_draft = 0.0
         self.n_draft = 0
         self.t_read, self.n_read = 0.0, 0
@@ -199,9 +199,10 @@ class DraftPolicy:
         draft length, and not again while drafting goes on.  Does drafting over the tokens the request has left, at
         the best of ``speeds`` (long-run acceptance), save more than that?  Priced into each step's speed instead,
         as it was, the debt grew with every idle step, so a pause kept itself going: with the 30-layer drafter on
-        HumanEval (1.5B Q4_K_M, 2-core Zen 4) a dip of the acceptance estimate to 0.37 stopped drafting for the
-        rest of a request, one step's price of a one-token draft rising from 1.0x to 0.5x the target alone's
-        pace as the lag grew from 1 to 13 tokens, where the same draft after no pause was predicted at 1.2x."""
+        HumanEval (1.5B Q4_K_M, 2-core Zen 4), its first drafted token estimated at 73 %, a one-token draft's
+        predicted speed fell from 0.75x to 0.52x the target alone's as the lag grew from 10 to 20 tokens, and
+        after a dip to 35 % from 0.98x to 0.49x in 14 steps: drafting resumed only at a probe or the next request
+        (results/issue41/zen4-32, traces)."""
         debt = self.catchup_cost() + self.passes_s(1) - self.passes_s(1, lag=0)
         best = max(speeds[1:], default=0.0)
         if debt <= 0 or not self.left or not best or not speeds[0]:
@@ -368,8 +369,8 @@ class DraftPolicy:
     def stats(self) -> dict:
         return {"policy": self.cfg.name, "draft_lengths": dict(sorted(self.lengths.items())),
                 "calibration": self.predictor.calibration(),
-                "draft_pass_ms": {"one_token": round(self.t_draft * 1e3, 3), "per_token_read": round(self.t_read * 1e3, 3),
-                                  "first_read": round(self.read0, 2)},
+                "draft_pass_ms": {"one_token": round(self.t_draft * 1e3, 3),
+                                  "per_token_read": round(self.t_read * 1e3, 3), "first_read": round(self.read0, 2)},
                 "target_pass_ms": [round(t * 1e3, 1) for t in self.t_verify[1:]], "unresumed_steps": self.unresumed,
                 "position_acceptance": [round(a, 3) for a in self.acc], "guard": self.guard.summary()}
 

@@ -1,6 +1,7 @@
 """The first-pass pricing A/B: measured and drift-free ratios of each run's default, printed and saved as JSON.
 
-Each run dir (``p<A/B><round>-<drafter>-<set>-<before|after>``; the A/B ``p2``'s "after" had only the first-pass price) holds one ``omnidraft bench run`` JSON with the target alone,
+Each run dir (``p<A/B><round>-<drafter>-<set>-<before|after>``; the A/B ``p2``'s "after" had only the first-pass
+price) holds one ``omnidraft bench run`` JSON with the target alone,
 fixed k and the default (``hybrid adaptive``).  Measured: the default's tokens a second over the same run's target
 alone and fixed k.  Modelled: each configuration's counts (target passes by rows, drafter passes by tokens read)
 priced with one table per drafter, the medians of all its runs' cost models (``costmodel.predicted_time``), so the
@@ -26,12 +27,13 @@ for d in sorted(base.glob("[rp]*-*")):
         runs[d.name] = (rnd, drafter, set_name, version, json.loads(next(d.glob("*.json")).read_text())["runs"][0])
 
 tables = {}
-for drafter in {v[1] for v in runs.values()}:
+for drafter in sorted({v[1] for v in runs.values()}):
     cms = [r[4]["cost_model"] for r in runs.values() if r[1] == drafter]
     tv = {int(n): statistics.median(c["t_verify"][n] for c in cms) for n in cms[0]["t_verify"]}
     td = {int(n): statistics.median(c["t_draft_n"][n] for c in cms) for n in cms[0]["t_draft_n"]}
     tables[drafter] = (tv, td)
-    print(f"{drafter}: T(n) ms {[round(t * 1e3, 1) for t in tv.values()]}, drafter pass ms {[round(t * 1e3, 2) for t in td.values()]}")
+    print(f"{drafter}: T(n) ms {[round(t * 1e3, 1) for t in tv.values()]}, "
+          f"drafter pass ms {[round(t * 1e3, 2) for t in td.values()]}")
 
 rows = []
 for name, (rnd, drafter, set_name, version, run) in runs.items():
@@ -50,10 +52,12 @@ for name, (rnd, drafter, set_name, version, run) in runs.items():
                  "draft_lengths": d["policy_stats"]["draft_lengths"], "steps": d["steps"], "drafted": d["drafted"],
                  "tau": d["tau"], "same_output": all(res[c]["same_output_as_target"] for c in model),
                  "draft_pass_ms": d["policy_stats"].get("draft_pass_ms")})
-print(f"\n{'run':34} {'alone':>6} {'fixed':>6} {'dflt':>6} | {'d/alone':>7} {'d/fixed':>7} | {'mod d/a':>7} {'mod f/a':>7} | steps drafted lengths")
+print(f"\n{'run':34} {'alone':>6} {'fixed':>6} {'dflt':>6} | {'d/alone':>7} {'d/fixed':>7} | "
+      f"{'mod d/a':>7} {'mod f/a':>7} | steps drafted lengths")
 for r in sorted(rows, key=lambda r: (r["drafter"], r["set"], r["version"], r["round"])):
     t = list(r["tok_s"].values())
-    print(f"{r['run']:34} {t[0]:6.1f} {t[1]:6.1f} {t[2]:6.1f} | {r['default_vs_target']:7.3f} {r['default_vs_fixed']:7.3f} | "
+    print(f"{r['run']:34} {t[0]:6.1f} {t[1]:6.1f} {t[2]:6.1f} | "
+          f"{r['default_vs_target']:7.3f} {r['default_vs_fixed']:7.3f} | "
           f"{r['modelled_default_vs_target']:7.3f} {r['modelled_fixed_vs_target']:7.3f} | {r['steps']} {r['drafted']} "
           f"{r['draft_lengths']}{'' if r['same_output'] else ' OUTPUT DIFFERS'}")
 print()
@@ -65,6 +69,7 @@ for key in sorted({(r["drafter"], r["set"]) for r in rows}):
             print(f"{key[0]:8} {key[1]:10} {v:6}: default/alone {m('default_vs_target'):.3f}, default/fixed "
                   f"{m('default_vs_fixed'):.3f}, modelled default/alone {m('modelled_default_vs_target'):.3f} "
                   f"[{min(r['modelled_default_vs_target'] for r in sel):.3f}-"
-                  f"{max(r['modelled_default_vs_target'] for r in sel):.3f}] (fixed {m('modelled_fixed_vs_target'):.3f}), "
+                  f"{max(r['modelled_default_vs_target'] for r in sel):.3f}] "
+                  f"(fixed {m('modelled_fixed_vs_target'):.3f}), "
                   f"{len(sel)} runs")
 (Path(sys.argv[2]) if len(sys.argv) > 2 else base / "summary.json").write_text(json.dumps(rows, indent=1))
