@@ -122,7 +122,7 @@ def test_cost_policy_weighs_the_drafters_catching_up_against_the_tokens_left():
     pol.left = 380
     # a drafting step reads them (timed apart): the lag is gone and the price per token is now measured
     pol.observe(StepOutcome(1, 1, drafted=1, verify_s=t_pass[2], draft_s=0.0019, catchup_s=20 * 0.0004))
-    assert pol.lag == 0 and pol.t_catchup == pytest.approx(0.0004)
+    assert pol.lag == 0 and pol.price.t_catchup == pytest.approx(0.0004)
     assert pol.choose_k(10) == 1
     for _ in range(20):
         pol.observe(StepOutcome(0, 0, verify_s=t_pass[1]))
@@ -535,7 +535,7 @@ def test_the_drafters_catching_up_after_a_pause_is_priced_apart(default_session,
     assert max(gen.drafter.counters.pass_hist) <= CATCHUP_MIN  # no drafting pass ingested the pause
     assert gen.drafter.counters.catchup_s == pytest.approx(sum(r.catchup_s for r in drafting))
     # the policy learnt what catching up costs per token written meanwhile (it prices the next pause with it)
-    assert pol.n_catchup == len(drafting) - 1 and pol.t_catchup > 0
+    assert pol.price.n_catchup == len(drafting) - 1 and pol.price.t_catchup > 0
     assert final.token_ids == target_reference(s.target, prompt, params)
 
 
@@ -647,7 +647,7 @@ def test_a_draft_is_priced_as_one_first_pass_and_one_token_passes():
     t_pass = {n: 0.020 + 0.001 * (n - 1) for n in range(1, 6)}
     pol = DraftPolicy(PolicyConfig(name="cost", k=4))
     pol.seed_costs(t_pass, 0.0015, {1: 0.0015, 2: 0.0018, 3: 0.0021, 4: 0.0024})
-    assert pol.t_read == pytest.approx(0.0003)
+    assert pol.price.t_read == pytest.approx(0.0003)
     assert pol.passes_s(3, lag=0) == pytest.approx(3 * 0.0015 + 0.5 * 0.0003)
     assert pol.passes_s(3, lag=4) == pytest.approx(3 * 0.0015 + 4.5 * 0.0003)
     assert pol.passes_s(3, lag=20) == pytest.approx(3 * 0.0015)  # a long lag is caught up on apart (catchup_cost)
@@ -697,7 +697,7 @@ def test_the_model_drafter_times_its_first_pass(default_session):
     assert len(made) >= 5
     assert all(1 <= d.first_read <= 8 and 0 < d.first_s <= d.draft_s for d in made)
     assert any(d.first_read > 1 for d in made)  # after a full acceptance: the last drafted token and the next
-    assert pol.n_read0 > 0 and 1.0 <= pol.read0 <= 4.0 and 0 < pol.t_draft < max(d.draft_s for d in made)
+    assert pol.price.n_read0 > 0 and 1.0 <= pol.price.read0 <= 4.0 and 0 < pol.t_draft < max(d.draft_s for d in made)
 
 
 def test_a_size_timed_in_a_slow_spell_follows_the_one_token_pass_back():

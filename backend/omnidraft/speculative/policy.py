@@ -14,10 +14,9 @@ from .guard import RateGuard
 from .predictor import AcceptancePredictor
 from .rules import (ACC_PRIOR, POLICIES, RULES, Outlook, PolicyConfig, Rule, StepCosts,  # noqa: F401 (re-exported)
                     StopRule)
-from .step import CATCHUP_MIN, StepOutcome  # StepOutcome re-exported: what the policy observes
+from .draftprice import DraftPrice, ema
+from .step import StepOutcome  # re-exported: what the policy observes
 
-READ0_PRIOR = 1.5  # tokens a step's first drafter pass reads after a drafting step, until timed (a correction, or 2)
-CATCHUP_PRIOR = 0.25  # a caught-up token's seconds as a share of a one-token drafter pass, until one is timed
 LONG_RUN = 200  # candidates per position the long-run acceptance averages over (stretches of text: ~12 steps)
 PRIOR_RUN = 20  # the prior's weight in it, in candidates: a first trial of six steps does not decide it alone
 STALE_T1 = 16  # steps without a one-token pass after which larger passes hold T(1) down (_hold_t1)
@@ -44,20 +43,12 @@ class DraftPolicy:
         # the same ratios, kept: the floor of T(n) / T(1) that a live T(1) is held to (``_hold_t1``)
         self._startup_ratio: dict[int, float] = {}
         self._since_t1 = 0  # steps observed since the last one-token pass
-        # drafting k tokens costs k one-token drafter passes, the first of which also reads the target's tokens the
-        # drafter has not seen: t_draft is a one-token pass, t_read each further token the first pass reads, read0
-        # the tokens it reads after a drafting step (passes_s)
-        self.t_draft = 0.0
-        self.n_draft = 0
-        self.t_read, self.n_read = 0.0, 0
-        self.read0, self.n_read0 = READ0_PRIOR, 0
-        # target tokens written since the drafter last drafted (it reads them before its next draft), and the
-        # EMA seconds that reading takes per token once timed (else CATCHUP_PRIOR of a drafter pass)
+        self.price = DraftPrice()  # the drafter's passes and its catching up (draftprice.py)
+        # target tokens written since the drafter last drafted (it reads them before its next draft)
         self.lag = 0
         self.unread = 0  # of ``lag``, the prompt tokens the drafter left unread at the request's start
         self.left = 0  # target tokens the request may still write (0: not known)
         self.unresumed = 0  # steps where drafting again would not have repaid the drafter's reading (stats)
-        self.t_catchup, self.n_catchup = 0.0, 0
         self.acc = [ACC_PRIOR] * n  # EMA P(candidate i accepted | i-1 accepted), optimistic start
         # the same over the long run, for the guard's tokens of a drafting step: a mean of the last ~LONG_RUN
         # candidates at a position, starting as if PRIOR_RUN of them had been kept at ACC_PRIOR
@@ -209,36 +200,20 @@ class DraftPolicy:
             return True
         return self.left * (1.0 / speeds[0] - 1.0 / best) > debt
 
-    def passes_s(self, k: int, lag: int | None = None) -> float:
-        """Seconds of the drafter's k passes of a k-token draft, ``lag`` target tokens after its last draft.
+    @property
+    def t_draft(self) -> float:
+        """Seconds of a one-token drafter pass: a drafted token."""
+        return self.price.t_draft
 
-        Each pass drafts one token; the first also reads what the drafter has not seen: the step's own tokens
-        (``read0``) and the ``lag`` written since (a longer lag is caught up on apart: catchup_cost).  Priced at
-        one rate per drafted token, as it was, a price learnt from one-token drafts after idle steps (up to 8
-        tokens read in one pass) made every longer draft k times too dear: the 30-layer drafter's token read
-        7.5-9.5 ms that way against 6.8-7.8 inside fixed three-token drafts (1.5B Q4_K_M, 2-core Zen 4), and the
-        default drafted one token a step on 64-89 of 314-340 steps while its drafting steps ran 1.23-1.40x the
-        pace of the target alone."""
-        if k <= 0:
-            return 0.0
-        lag = self.lag if lag is None else lag
-        read = 1.0 if lag > CATCHUP_MIN else self.read0 + lag
-        return k * self.t_draft + max(read - 1.0, 0.0) * self.t_read
+    def passes_s(self, k: int, lag: int | None = None) -> float:
+        """Seconds of the drafter's passes of a k-token draft, ``lag`` (else the current lag) target tokens after its
+        last draft (``DraftPrice.passes_s``)."""
+        return self.price.passes_s(k, self.lag if lag is None else lag)
 
     def catchup_cost(self, lag: int | None = None) -> float:
-        """Seconds the drafter would spend reading what the target wrote while it sat idle, before drafting.
-
-        A cost of drafting now: where drafting barely pays, the policy drafts one step in a few and each such
-        step first reads the tokens written since.  Pricing it changed no measured speedup beyond the runs'
-        spread (results/issue41/ab-catchup-avx2, -avx512); it is priced because it is paid.  Short lags are read
-        inside the first drafting pass, which ``t_draft`` already prices.  ``lag`` counts target tokens and the
-        drafter's threshold (CATCHUP_MIN) its own: about as many, and the price per token is learnt in the
-        policy's unit.  ``lag``: another count than the tokens owed now (a prompt the drafter may read)."""
-        lag = self.lag if lag is None else lag
-        if lag <= CATCHUP_MIN:
-            return 0.0
-        per_token = self.t_catchup if self.n_catchup else CATCHUP_PRIOR * self.t_draft
-        return lag * per_token
+        """Seconds the drafter would spend catching up on ``lag`` target tokens (else the current lag) before
+        drafting (``DraftPrice.catchup_s``); ``lag``: another count than the tokens owed now (a prompt it may read)."""
+        return self.price.catchup_s(self.lag if lag is None else lag)
 
     def ceiling(self, k_max: int) -> float:
         """Best speedup over the target alone at 100 % acceptance, from the measured timings."""
@@ -257,7 +232,7 @@ class DraftPolicy:
         return self.rule.note(self._outlook(k, note=True))
 
     def _calibrated(self) -> bool:
-        return self.n_verify[1] > 0 and self.n_draft > 0
+        return self.n_verify[1] > 0 and self.price.n_draft > 0
 
     # ----------------------------------------------------------- observations
     def observe(self, step: StepOutcome) -> None:
@@ -271,7 +246,7 @@ class DraftPolicy:
         the other way."""
         n = step.proposed + 1
         if n < len(self.t_verify):
-            self.t_verify[n] = _ema(self.t_verify[n], step.verify_s, self.n_verify[n])
+            self.t_verify[n] = ema(self.t_verify[n], step.verify_s, self.n_verify[n])
             self.n_verify[n] += 1
             if n == 1:
                 self._since_t1 = 0
@@ -283,11 +258,7 @@ class DraftPolicy:
                 if self._since_t1 < STALE_T1 and self.t_verify[1] > 0:
                     self._ratio[n] = self.t_verify[n] / self.t_verify[1]
         self._charge(step)
-        if step.drafted:
-            self._learn_draft(step)
-        if step.catchup_s > 0 and self.lag > 0:
-            self.t_catchup = _ema(self.t_catchup, step.catchup_s / self.lag, self.n_catchup)
-            self.n_catchup += 1
+        self.price.learn(step, self.lag)
         self.lag = 0 if step.drafted or step.catchup_s else self.lag + step.accepted + 1
         self.left = max(self.left - step.accepted - 1, 0)
         self.unread = min(self.unread, self.lag)
@@ -304,26 +275,6 @@ class DraftPolicy:
                 break
         self.chosen.append(step.proposed)
         self._proposed = step.proposed
-
-    def _learn_draft(self, step: StepOutcome) -> None:
-        """The drafter's pass times from one drafting step (``self.lag``: the target tokens it had not seen)."""
-        def one(seconds: float) -> None:
-            self.t_draft = _ema(self.t_draft, seconds, self.n_draft)
-            self.n_draft += 1
-        if not step.first_read:  # a drafter that does not time its first pass: every token priced alike
-            one(step.draft_s / step.drafted)
-            return
-        if step.drafted > 1:
-            one((step.draft_s - step.first_s) / (step.drafted - 1))
-        elif step.first_read == 1 or step.first_s < self.t_draft:  # a one-token pass, or the machine sped up
-            one(step.first_s)
-        if step.first_read > 1:
-            per = max(step.first_s - self.t_draft, 0.0) / (step.first_read - 1)
-            self.t_read = _ema(self.t_read, per, self.n_read)
-            self.n_read += 1
-        if self.lag == 0 and not step.catchup_s:
-            self.read0 = _ema(self.read0, float(step.first_read), self.n_read0)
-            self.n_read0 += 1
 
     def _hold_t1(self, n: int) -> None:
         """Hold the one-token pass time to what a freshly timed n-token pass implies at start-up's T(n) / T(1).
@@ -369,8 +320,7 @@ class DraftPolicy:
     def stats(self) -> dict:
         return {"policy": self.cfg.name, "draft_lengths": dict(sorted(self.lengths.items())),
                 "calibration": self.predictor.calibration(),
-                "draft_pass_ms": {"one_token": round(self.t_draft * 1e3, 3),
-                                  "per_token_read": round(self.t_read * 1e3, 3), "first_read": round(self.read0, 2)},
+                "draft_pass_ms": self.price.stats(),
                 "target_pass_ms": [round(t * 1e3, 1) for t in self.t_verify[1:]], "unresumed_steps": self.unresumed,
                 "position_acceptance": [round(a, 3) for a in self.acc], "guard": self.guard.summary()}
 
@@ -382,10 +332,7 @@ class DraftPolicy:
                 self.t_verify[n], self.n_verify[n] = t, max(self.n_verify[n], 1)
                 if n > 1 and t_verify.get(1):
                     self._ratio[n] = self._startup_ratio[n] = t / t_verify[1]
-        self.t_draft, self.n_draft = t_draft, max(self.n_draft, 1)
-        if t_draft_n and len(t_draft_n) > 1 and 1 in t_draft_n:
-            top = max(t_draft_n)
-            self.t_read, self.n_read = max(t_draft_n[top] - t_draft_n[1], 0.0) / (top - 1), max(self.n_read, 1)
+        self.price.seed(t_draft, t_draft_n)
 
 
 def seeded_policy(cfg: PolicyConfig, method: str, costs: Callable[[], CostModel],
@@ -408,6 +355,3 @@ def expected_tokens(acc: list[float], k: int) -> float:
         tokens += reach
     return tokens
 
-
-def _ema(old: float, new: float, count: int, alpha: float = 0.2) -> float:
-    return new if count == 0 else (1 - alpha) * old + alpha * new

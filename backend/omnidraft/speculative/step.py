@@ -39,7 +39,7 @@ class Draft:
     # out of draft_s, which prices a drafted token for the cost model)
     catchup_s: float = 0.0
     # the first drafter pass: the tokens it read (its own and the target's since the last draft; 0: not reported)
-    # and its seconds, of draft_s.  Later passes read one token each, so they cost less (DraftPolicy.draft_cost)
+    # and its seconds, of draft_s.  Later passes read one token each, so they cost less (DraftPrice.passes_s)
     first_read: int = 0
     first_s: float = 0.0
 
