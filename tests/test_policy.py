@@ -329,7 +329,8 @@ def test_a_resumed_losing_verdict_is_judged_again_where_drafting_now_pays():
     _, _, ks = _simulate(pol, 400, **cpu)
     assert sum(k > 0 for k in ks[:60]) == 0 and sum(k > 0 for k in ks[100:]) > 0.9 * len(ks[100:])
     assert pol.guard.verdict()["ratio"] >= 0.97
-    for v in ({"ratio": 1.2, "spell": 64}, None, {"ratio": "x"}, {"spell": 3}, {"ratio": 0.5, "spell": 64, "rates": "x"}):
+    for v in ({"ratio": 1.2, "spell": 64}, None, {"ratio": "x"}, {"spell": 3},
+              {"ratio": 0.5, "spell": 64, "rates": "x"}):
         g = DraftPolicy(PolicyConfig(name="cost", k=4)).guard
         g.resume(v)
         assert [g.allows_drafting() for _ in range(3)] == [True] * 3 and g.verdict() is None
@@ -500,7 +501,8 @@ def test_the_generator_feeds_the_guard_and_an_unpriced_drafter_cost_stops_drafti
     finally:
         del s.target.decode  # the session's engine is shared with other tests
     g = pol.stats()["guard"]
-    assert g["spells"] >= 1 and g["last_ratio"] < 0.97 and g["blocked_steps"] >= 16, (g, len(final.token_ids), [r.proposed for r in final.steps])
+    assert g["spells"] >= 1 and g["last_ratio"] < 0.97 and g["blocked_steps"] >= 16, \
+        (g, len(final.token_ids), [r.proposed for r in final.steps])
     assert final.token_ids == target_reference(s.target, prompt, params)  # the guard only chooses lengths
 
 

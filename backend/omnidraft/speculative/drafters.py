@@ -145,7 +145,8 @@ class ModelDrafter:
                 if depth == 1:  # the first pass, as it also reads the target's tokens since the last draft
                     first_s = time.perf_counter() - t0
                 row = self.engine.decode(todo, "last")[0]
-                first_read = first_read or len(todo)
+                if depth == 0:
+                    first_read = len(todo)
                 self.counters.pass_hist[len(todo)] = self.counters.pass_hist.get(len(todo), 0) + 1
                 if self._head is not None:
                     row = row[:len(self._head)]

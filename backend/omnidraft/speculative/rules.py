@@ -31,7 +31,8 @@ class PolicyConfig:
     name: str = field(default="cost", metadata={"help": "fixed | threshold | gamma | cost"})
     k: int = field(default=4, metadata={"help": "maximum draft length"})
     p_min: float = field(default=0.3, metadata={"help": "stop drafting below this drafter top-1 probability"})
-    probe_every: int = field(default=16, metadata={"help": "cost policy: fewest steps between probes when not drafting"})
+    probe_every: int = field(default=16, metadata={
+        "help": "cost policy: fewest steps between probes when not drafting"})
     probe_budget: float = field(default=0.005, metadata={
         "help": "cost policy: the share of the time its probes may lose while drafting does not pay"})
     # the model's own error: drafting steps measured 0.98-0.99 of their prediction on the AVX2 path, where
