@@ -29,11 +29,15 @@ from pathlib import Path
 import numpy as np
 
 from omnidraft.apps.adapt_items import prompt_input
+from omnidraft.llama.costmodel import speedup, t_of
 from omnidraft.assets.snapshot import load_set
 from omnidraft.runtime.session import Session, Settings
 from omnidraft.speculative.generator import GenerationParams
 from omnidraft.speculative.policy import DraftPolicy, PolicyConfig
 from omnidraft.speculative.step import StepOutcome
+
+sys.path.insert(0, str(Path(__file__).parent))
+from policy_ab import prompt_args  # noqa: E402
 
 # the 1.5B Q4_K_M and the shipped drafter on a 2-core Zen 4: the medians of 12 `bench run`s' cost models
 # (results/issue41/zen4-33/hold-ab, d8)
@@ -45,18 +49,14 @@ OVERHEAD_MS = 0.6  # a step's translation and bookkeeping
 class Clock:
     """The priced times one run's policy observes: the table, the run's drift, and what it modelled."""
 
-    def __init__(self, t_verify: tuple[float, ...], t_draft: tuple[float, ...], rng: np.random.Generator,
+    def __init__(self, t_verify: dict[int, float], t_draft: dict[int, float], rng: np.random.Generator,
                  drift: float, memory: float, jitter: float):
-        self.tv, self.td, self.rng = t_verify, t_draft, rng
+        self.tv, self.td, self.rng = t_verify, t_draft, rng  # seconds by tokens (costmodel.t_of extrapolates)
         self.rho = math.exp(-1.0 / memory)
         self.step_sd = drift * math.sqrt(1 - self.rho ** 2)
         self.jitter, self.log_pace = jitter, rng.normal(0, drift)
         self.modelled_s = 0.0  # the default's steps priced at the table (no drift)
         self.last = 0.0  # the last step's observed seconds
-
-    def draft_pass(self, read: int) -> float:
-        slope = (self.td[-1] - self.td[0]) / (len(self.td) - 1)
-        return self.td[read - 1] if read <= len(self.td) else self.td[-1] + slope * (read - len(self.td))
 
     def pace(self) -> float:
         self.log_pace = self.rho * self.log_pace + self.rng.normal(0, self.step_sd)
@@ -64,10 +64,10 @@ class Clock:
 
     def price(self, step: StepOutcome, lag: int) -> StepOutcome:
         """``step`` with its seconds from the table, as observed under this run's drift."""
-        verify = self.tv[step.proposed]
-        first = self.draft_pass(step.first_read or 1) if step.drafted else 0.0
-        draft = first + max(step.drafted - 1, 0) * self.td[0]
-        catchup = self.draft_pass(lag) if step.catchup_s > 0 and lag > 0 else 0.0
+        verify = t_of(self.tv, step.proposed + 1)
+        first = t_of(self.td, step.first_read or 1) if step.drafted else 0.0
+        draft = first + max(step.drafted - 1, 0) * self.td[1]
+        catchup = t_of(self.td, lag) if step.catchup_s > 0 and lag > 0 else 0.0
         self.modelled_s += verify + draft + catchup + OVERHEAD_MS * 1e-3
         p = self.pace()
         self.last = p * (verify + draft + catchup) + OVERHEAD_MS * 1e-3
@@ -83,13 +83,14 @@ def priced(policy: DraftPolicy, clock: Clock) -> DraftPolicy:
     return policy
 
 
-def start_up(table: tuple[float, ...], rng: np.random.Generator, noise: float) -> dict[int, float]:
+def start_up(table: dict[int, float], rng: np.random.Generator, noise: float) -> dict[int, float]:
     """Start-up's timing of ``table`` (seconds by tokens), each size off by its own factor."""
-    return {n + 1: t * math.exp(rng.normal(0, noise)) for n, t in enumerate(table)}
+    return {n: t * math.exp(rng.normal(0, noise)) for n, t in table.items()}
 
 
-def seconds(ms: str) -> tuple[float, ...]:
-    return tuple(float(x) * 1e-3 for x in ms.split(","))
+def seconds(ms: str) -> dict[int, float]:
+    """A table given in ms for 1, 2, ... tokens, in seconds by tokens."""
+    return {n + 1: float(x) * 1e-3 for n, x in enumerate(ms.split(","))}
 
 
 def run_seed(session: Session, cache, items, params, seed: int, a) -> dict:
@@ -106,8 +107,8 @@ def run_seed(session: Session, cache, items, params, seed: int, a) -> dict:
         final = gen.generate(prompt_input(gen, (item.prompt, item.chat)), params)
         outs.append(final.token_ids)
         tokens += final.stats.completion_tokens
-    alone = tokens * (tv[0] + OVERHEAD_MS * 1e-3)
-    return {"seed": seed, "speedup": alone / clock.modelled_s, "tokens": tokens, "outputs": outs,
+    return {"seed": seed, "speedup": speedup(tokens, clock.modelled_s, tv[1] + OVERHEAD_MS * 1e-3),
+            "tokens": tokens, "outputs": outs,
             "draft_lengths": dict(sorted(policy.lengths.items())), "t1_ms": round(policy.t_verify[1] * 1e3, 2)}
 
 
@@ -128,10 +129,7 @@ def compare(base: Path, others: list[Path]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--compare", type=Path, nargs="+", metavar="JSON", help="BEFORE AFTER...: compare saved runs")
-    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--sets", default="humaneval,chat-fresh", help="held-out prompt sets")
-    ap.add_argument("--n", type=int, default=6, help="prompts per set")
-    ap.add_argument("--max-tokens", type=int, default=64)
+    prompt_args(ap)
     ap.add_argument("--t-verify", default=T_VERIFY_MS, help="ms of a target pass of 1, 2, ... tokens")
     ap.add_argument("--t-draft", default=T_DRAFT_MS, help="ms of a drafter pass reading 1, 2, ... tokens")
     ap.add_argument("--seeds", type=int, default=8, help="runs, each with its own drift")
