@@ -15,6 +15,7 @@ versions is only what they chose.  The output must equal the target alone's.
 
     PYTHONPATH=BACKEND python scripts/lab/priced_policy.py --sets humaneval --seeds 8 --out OUT.json
     python scripts/lab/priced_policy.py --compare BEFORE.json AFTER.json...    # paired by seed
+    PYTHONPATH=BACKEND python scripts/lab/priced_policy.py --sets humaneval --first-seed 7 --seeds 1 --trace --out T
 """
 from __future__ import annotations
 
@@ -93,6 +94,22 @@ def seconds(ms: str) -> dict[int, float]:
     return {n + 1: float(x) * 1e-3 for n, x in enumerate(ms.split(","))}
 
 
+def traced(policy: DraftPolicy) -> list[dict]:
+    """Record, at each of ``policy``'s draft-length choices, the length and what chose it (this instance only)."""
+    steps, choose = [], policy.choose_k
+
+    def choose_k(limit: int) -> int:
+        k, t1 = choose(limit), policy.t_verify[1]
+        steps.append({"k": k, "acc": [round(x, 3) for x in policy.acc[:4]],
+                      "acc_long": [round(x, 3) for x in policy.acc_long[:4]], "t1_ms": round(1e3 * t1, 2),
+                      "ratio": [round(policy.t_verify[n] / t1, 3) if t1 else 0.0 for n in range(2, 6)],
+                      "since_t1": policy._since_t1, "probe": policy._probing})
+        return k
+
+    policy.choose_k = choose_k
+    return steps
+
+
 def run_seed(session: Session, cache, items, params, seed: int, a) -> dict:
     rng = np.random.default_rng(seed)
     tv, td = seconds(a.t_verify), seconds(a.t_draft)
@@ -100,6 +117,7 @@ def run_seed(session: Session, cache, items, params, seed: int, a) -> dict:
     policy = DraftPolicy(PolicyConfig(name=a.policy, k=a.k))
     seed_td = start_up(td, rng, a.seed_noise)
     policy.seed_costs(start_up(tv, rng, a.seed_noise), seed_td[1], seed_td)
+    trace = traced(policy) if a.trace else None
     session.pair.cache = copy.deepcopy(cache)  # each run starts from the same n-gram cache
     gen = session.compose("hybrid", session.pair, priced(policy, clock))
     outs, tokens = [], 0
@@ -109,7 +127,8 @@ def run_seed(session: Session, cache, items, params, seed: int, a) -> dict:
         tokens += final.stats.completion_tokens
     return {"seed": seed, "speedup": speedup(tokens, clock.modelled_s, tv[1] + OVERHEAD_MS * 1e-3),
             "tokens": tokens, "outputs": outs,
-            "draft_lengths": dict(sorted(policy.lengths.items())), "t1_ms": round(policy.t_verify[1] * 1e3, 2)}
+            "draft_lengths": dict(sorted(policy.lengths.items())), "t1_ms": round(policy.t_verify[1] * 1e3, 2),
+            **({"trace": trace} if trace is not None else {})}
 
 
 def compare(base: Path, others: list[Path]) -> None:
@@ -140,6 +159,7 @@ def main() -> None:
     ap.add_argument("--drift", type=float, default=0.10, help="spread of the loop's pace, lognormal sd")
     ap.add_argument("--memory", type=float, default=50.0, help="steps over which the pace keeps its drift")
     ap.add_argument("--jitter", type=float, default=0.03, help="each pass's own spread, lognormal sd")
+    ap.add_argument("--trace", action="store_true", help="keep each step's length, estimates and T(n) / T(1)")
     ap.add_argument("--out", type=Path, help="JSON file")
     a = ap.parse_args()
     if a.compare:
@@ -160,7 +180,7 @@ def main() -> None:
         for r in runs:
             if r.pop("outputs") != ref:
                 raise SystemExit(f"{s} seed {r['seed']}: output differs from the target alone's")
-            print(s, r, flush=True)
+            print(s, {k: v for k, v in r.items() if k != "trace"}, flush=True)
         sp = [r["speedup"] for r in runs]
         data["sets"][s] = {"runs": runs, "mean": statistics.mean(sp), "min": min(sp), "max": max(sp)}
         print(f"{s}: modelled speedup mean {statistics.mean(sp):.3f} [{min(sp):.3f}-{max(sp):.3f}]", flush=True)
