@@ -251,8 +251,7 @@ class DraftPolicy:
             self.n_verify[n] += 1
             if n == 1:
                 self._since_t1 = 0
-                for m, r in self._ratio.items():
-                    self.t_verify[m] = r * self.t_verify[1]
+                self._follow_t1(1)
             else:
                 self._since_t1 += 1
                 self._rederive_t1(n)
@@ -320,9 +319,13 @@ class DraftPolicy:
         between drafting and not, paying that first pass each time)."""
         if self._startup_ratio.get(n) and self._since_t1 >= STALE_T1:  # n was seeded, and has just been timed live
             self.t_verify[1] = self.t_verify[n] / max(self._startup_ratio[n], self._ratio.get(n, 0.0))
-            for m, r in self._ratio.items():
-                if m != n:
-                    self.t_verify[m] = r * self.t_verify[1]
+            self._follow_t1(n)
+
+    def _follow_t1(self, timed: int) -> None:
+        """Put every size with a ratio, but the one just ``timed``, at its ratio to T(1)."""
+        for m, r in self._ratio.items():
+            if m != timed:
+                self.t_verify[m] = r * self.t_verify[1]
 
     def _charge(self, step: StepOutcome) -> None:
         """Settle the probes' budget for one step (before the step's times update the estimates)."""
