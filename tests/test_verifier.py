@@ -58,3 +58,47 @@ def test_rejection_approx_accepts_when_p_dominates_q():
     assert n == 2 and nxt == 3
     n, nxt = verify_rejection_approx([4, 2], [0.9, 0.5], logits, SamplingParams(1.0), rng)
     assert n == 0 and nxt == 1  # p(4) ~ 0: rejected, resampled from the target
+
+
+def _dense_reference(row, p):
+    """The sampler before it was made fast: a dense float64 softmax, top-p by a stable sort of the whole row."""
+    z = row.astype(np.float64) / max(p.temperature, 1e-6)
+    if p.top_k and p.top_k < z.size:
+        z = np.where(z >= np.partition(z, -p.top_k)[-p.top_k], z, -np.inf)
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    if p.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        keep = order[: int(np.searchsorted(np.cumsum(probs[order]), p.top_p)) + 1]
+        probs = np.where(np.isin(np.arange(probs.size), keep), probs, 0.0)
+        probs /= probs.sum()
+    return probs
+
+
+def _rows(rng, vocab=151_936):
+    """Logits like a model's (one peaked row, one flat one, one with exact ties at the top) at the target's size."""
+    peaked = (rng.standard_normal(vocab) * 2.5 - 8).astype(np.float32)
+    peaked[rng.integers(vocab, size=3)] = [9.0, 8.0, 6.5]
+    flat = (rng.standard_normal(vocab) * 0.4).astype(np.float32)
+    ties = np.round(rng.standard_normal(vocab), 1).astype(np.float32)
+    return [peaked, flat, ties]
+
+
+@pytest.mark.parametrize("p", [SamplingParams(1.0), SamplingParams(0.7, top_p=0.95), SamplingParams(1.0, top_p=0.9),
+                               SamplingParams(0.8, top_k=40), SamplingParams(0.8, top_k=40, top_p=0.9),
+                               SamplingParams(1.5, top_p=0.99), SamplingParams(0.02, top_p=0.5)])
+def test_the_fast_sampler_draws_what_a_dense_softmax_and_a_full_sort_give(p):
+    """The sampler sums its CDF in blocks, keeps top-k from a partition of an eighth of the row and top-p from the
+    weights above 2**-10 or from binned weights (the flat row): the same support, the same probabilities (to
+    float64 rounding) and, for uniforms not within rounding of a boundary, the same token as the dense reference."""
+    rng = np.random.default_rng(5)
+    for row in _rows(rng):
+        ref = _dense_reference(row, p)
+        got = target_probs(row, p)
+        assert np.array_equal(np.flatnonzero(got), np.flatnonzero(ref))
+        assert np.abs(got - ref).max() < 1e-12
+        csum = np.cumsum(ref)
+        for u in rng.random(40):
+            if np.abs(csum - u).min() < 1e-9:
+                continue
+            assert sample_token(row, p, u) == int(np.searchsorted(csum, u, side="right"))

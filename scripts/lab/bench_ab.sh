@@ -12,11 +12,12 @@
 #     RUN      NAME=SET:K[:DRAFT]: NAME as <drafter>-<set> (the summary reads the drafter from it), SET a held-out
 #              set, K the fixed draft length run beside the default, DRAFT a drafter name or .gguf (empty: default)
 #   environment: FIRST=after (round 1's order), TARGET (qwen2.5-coder-1.5b), N (6 prompts), MAX_TOKENS (64),
+#                EXTRA (more bench run flags, e.g. "--temperature 0.8 --top-k 40 --top-p 0.9"),
 #                DRY=1 (print the commands, run nothing)
 #
 #   scripts/lab/bench_ab.sh /tmp/ab /tmp/head/backend backend 2 d8-humaneval=humaneval:4 d8-chat=chat-fresh:4
 set -euo pipefail
-[ $# -ge 5 ] || { sed -n '2,18p' "$0"; exit 2; }
+[ $# -ge 5 ] || { sed -n '2,19p' "$0"; exit 2; }
 OUT=$1 BEFORE=$2 AFTER=$3 ROUNDS=$4
 shift 4
 cd "$(dirname "$0")/../.."
@@ -26,7 +27,7 @@ run() { # name version pythonpath set k draft
   local out=$OUT/$1-$2
   local cmd=(env PYTHONPATH="$3" "$PY" -m omnidraft.apps.cli bench run --targets "${TARGET:-qwen2.5-coder-1.5b}"
              ${6:+--draft "$6"} --sets "$4" --n "${N:-6}" --max-tokens "${MAX_TOKENS:-64}" --methods target,hybrid
-             --ks "$5" --no-gamma --no-progress --no-plots --out "$out")
+             --ks "$5" --no-gamma --no-progress --no-plots --out "$out" ${EXTRA:-})
   if [ -n "${DRY:-}" ]; then echo "${cmd[*]}"; return; fi
   mkdir -p "$out"
   "${cmd[@]}" > "$out.log" 2>&1

@@ -74,6 +74,13 @@ class RunSettings:
     gamma: bool = field(default=True, metadata={
         "help": "beside the cost policy, the paper's gamma policy (with an adaptive preset)"})
     plots: bool = field(default=True, metadata={"help": "PNG plots beside the JSON and markdown"})
+    temperature: float | None = field(default=None, metadata={
+        "help": "sample at this temperature (with --top-p and --seed) instead of the preset's modes (greedy, and "
+                "0.7 / top-p 0.95 with the full preset); output stays the target alone's for the seed",
+        "default_text": "the preset's"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus of the sampled mode (with --temperature)"})
+    top_k: int = field(default=0, metadata={"help": "top-k of the sampled mode (with --temperature; 0 = off)"})
+    seed: int = field(default=1234, metadata={"help": "seed of the sampled mode (with --temperature)"})
     peer: bool = field(default=False, metadata={
         "help": "also run plain llama-cpp-python (Llama.create_completion, its default settings) on the same GGUF: "
                 "the peer a user would pick"})
@@ -203,7 +210,11 @@ def _cmd_run(cfg: RunSettings) -> int:
         if cfg.peer:
             configs.insert(1, runner.Config(runner.PEER))
         modes = [("greedy", GenerationParams(max_tokens=preset["max_tokens"]))]
-        if preset["sampled"]:
+        if cfg.temperature is not None:
+            modes = [(f"sampled-t{cfg.temperature:g}", GenerationParams(
+                max_tokens=preset["max_tokens"], temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                seed=cfg.seed))]
+        elif preset["sampled"]:
             modes.append(("sampled", GenerationParams(max_tokens=preset["max_tokens"], temperature=0.7,
                                                       top_p=0.95, seed=1234)))
         for set_name in _csv(preset["sets"]):
