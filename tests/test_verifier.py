@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from omnidraft.speculative.verifier import (SamplingParams, sample_token, target_probs, verify_exact_sampling,
-                                verify_greedy, verify_rejection_approx)
+from omnidraft.speculative.verifier import (SamplingParams, sample_token, target_probs, top_k_ids,
+                                            verify_exact_sampling, verify_greedy, verify_rejection_approx)
 
 
 def onehot_rows(argmaxes, vocab=6):
@@ -102,3 +102,13 @@ def test_the_fast_sampler_draws_what_a_dense_softmax_and_a_full_sort_give(p):
             if np.abs(csum - u).min() < 1e-9:
                 continue
             assert sample_token(row, p, u) == int(np.searchsorted(csum, u, side="right"))
+
+
+def test_top_k_ids_are_every_logit_at_or_above_the_kth_largest():
+    """top_k_ids partitions an eighth of the row first; it must still find every logit a full partition finds
+    (ties at the k-th all in), on a row where the top is spread and on one made of ties."""
+    rng = np.random.default_rng(9)
+    for row in _rows(rng):
+        for k in (1, 8, 40, 1000):
+            ref = np.flatnonzero(row >= np.partition(row, -k)[-k])
+            assert np.array_equal(top_k_ids(row, k), ref)

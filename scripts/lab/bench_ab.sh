@@ -17,7 +17,7 @@
 #
 #   scripts/lab/bench_ab.sh /tmp/ab /tmp/head/backend backend 2 d8-humaneval=humaneval:4 d8-chat=chat-fresh:4
 set -euo pipefail
-[ $# -ge 5 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -ge 5 ] || { sed -n '2,18p' "$0"; exit 2; }
 OUT=$1 BEFORE=$2 AFTER=$3 ROUNDS=$4
 shift 4
 cd "$(dirname "$0")/../.."

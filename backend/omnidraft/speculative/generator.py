@@ -26,8 +26,8 @@ from .policy import DraftPolicy, PolicyConfig
 from .stats import GenerationStats
 from .step import Draft, PhaseClock, StepOutcome, StepRecord, TokenLogprob, Verdict
 from omnidraft.vocab.textstream import Chunk, TextStream
-from .verifier import (SamplingParams, first_uncertain_row, sample_token, verify_exact_sampling, verify_greedy,
-                       verify_rejection_approx)
+from .verifier import (SamplingParams, first_uncertain_row, sample_token, top_k_ids, verify_exact_sampling,
+                       verify_greedy, verify_rejection_approx)
 
 log = logging.getLogger(__name__)
 
@@ -258,21 +258,23 @@ class Generator:
 
 
 def _topk(row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k token ids and their softmax probabilities (temperature 1), most likely first."""
-    idx = np.argpartition(row, -k)[-k:]
-    z = row - row.max()
-    p = np.exp(z)
-    p /= p.sum()
-    order = idx[np.argsort(-p[idx])]
-    return order.astype(np.int32), p[order].astype(np.float32)
+    """Top-k token ids and their softmax probabilities (temperature 1), most likely first, ties by id."""
+    idx = top_k_ids(row, k)
+    order = idx[np.argsort(-row[idx], kind="stable")][:k]
+    return order.astype(np.int32), (np.exp(row[order] - row.max()) / _softmax_sum(row)).astype(np.float32)
+
+
+def _softmax_sum(row: np.ndarray) -> float:
+    """sum(exp(row - max)) in float64, in place (a 152k row's fresh temporaries cost more than its exp)."""
+    w = np.subtract(row, row.max(), dtype=np.float64)
+    return float(np.exp(w, out=w).sum())
 
 
 def _logprob(target: Engine, row: np.ndarray, token: int, n: int) -> TokenLogprob:
     """The chosen token's log-probability and the n most likely tokens' (log-softmax at temperature 1)."""
-    z = row.astype(np.float64) - row.max()
-    lp = z - np.log(np.exp(z).sum())
-    idx = np.argpartition(-lp, n)[:n] if n < len(lp) else np.arange(len(lp))
-    idx = idx[np.lexsort((idx, -lp[idx]))]  # most likely first, ties by id
+    norm = float(row.max()) + np.log(_softmax_sum(row))
+    lp = lambda i: float(np.float64(row[i]) - norm)  # noqa: E731
+    idx = top_k_ids(row, n) if 0 < n < len(row) else np.arange(len(row) if n else 0)
+    idx = idx[np.lexsort((idx, -row[idx]))][:n]  # most likely first, ties by id
     piece = lambda i: target.detokenize([int(i)], special=True)  # noqa: E731
-    return TokenLogprob(int(token), piece(token), float(lp[token]),
-                        [(int(i), piece(i), float(lp[i])) for i in idx])
+    return TokenLogprob(int(token), piece(token), lp(token), [(int(i), piece(i), lp(i)) for i in idx])

@@ -55,7 +55,7 @@ def weights(row: np.ndarray, p: SamplingParams) -> tuple[np.ndarray | None, np.n
     ids = None
     z = row
     if p.top_k and p.top_k < z.size:
-        ids = _top_k(z, p.top_k)
+        ids = top_k_ids(z, p.top_k)
         z = z[ids]
     w = np.subtract(z, z.max(), dtype=np.float64)
     if p.temperature != 1.0:
@@ -67,7 +67,7 @@ def weights(row: np.ndarray, p: SamplingParams) -> tuple[np.ndarray | None, np.n
     return ids, w
 
 
-def _top_k(z: np.ndarray, k: int) -> np.ndarray:
+def top_k_ids(z: np.ndarray, k: int) -> np.ndarray:
     """Ids (ascending) of every logit at least the k-th largest (ties at the k-th all kept).  The k-th largest
     of every 8th logit is no larger than the whole row's, so the logits at or above it hold the top k: one
     partition of an eighth of the row, then one of that short list, instead of one of the whole row."""
