@@ -44,6 +44,7 @@ def bench(target: str, args, out: Path, peer: bool) -> Path:
            "--n", str(args.n), "--max-tokens", str(args.max_tokens), "--no-gamma", "--no-progress",
            "--no-plots", "--out", str(out)]
     cmd += ["--methods", "target", "--peer"] if peer else ["--methods", "target,hybrid", "--ks", "4"]
+    cmd += args.sampling.split()
     env = dict(os.environ)
     if peer:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (args.peer_path, env.get("PYTHONPATH")) if p)
@@ -119,6 +120,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=6, help="prompts per set")
     ap.add_argument("--max-tokens", type=int, default=64, help="tokens per prompt")
     ap.add_argument("--rounds", type=int, default=2, help="rounds; the order flips each round")
+    ap.add_argument("--sampling", default="", help="bench run's sampling flags for every run, e.g. "
+                    "'--temperature 0.8 --top-k 40 --top-p 0.9' (default: greedy)")
     ap.add_argument("--first-round", type=int, default=0,
                     help="number of the first round (odd: the peer first); the summary reads every run under OUT")
     ap.add_argument("--out", type=Path, default=Path("results/e2e-peer"), help="output directory")
