@@ -75,8 +75,8 @@ class RunSettings:
         "help": "beside the cost policy, the paper's gamma policy (with an adaptive preset)"})
     plots: bool = field(default=True, metadata={"help": "PNG plots beside the JSON and markdown"})
     temperature: float | None = field(default=None, metadata={
-        "help": "sample at this temperature (with --top-p and --seed) instead of the preset's modes (greedy, and "
-                "0.7 / top-p 0.95 with the full preset); output stays the target alone's for the seed",
+        "help": "sample at this temperature (with --top-p, --top-k and --seed) instead of the preset's modes (greedy, "
+                "and 0.7 / top-p 0.95 with the full preset); output stays the target alone's for the seed",
         "default_text": "the preset's"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus of the sampled mode (with --temperature)"})
     top_k: int = field(default=0, metadata={"help": "top-k of the sampled mode (with --temperature; 0 = off)"})

@@ -27,7 +27,7 @@ from .stats import GenerationStats
 from .step import Draft, PhaseClock, StepOutcome, StepRecord, TokenLogprob, Verdict
 from omnidraft.vocab.textstream import Chunk, TextStream
 from .verifier import (SamplingParams, first_uncertain_row, sample_token, top_k_ids, verify_exact_sampling,
-                       verify_greedy, verify_rejection_approx)
+                       verify_greedy, verify_rejection_approx, weights)
 
 log = logging.getLogger(__name__)
 
@@ -265,16 +265,15 @@ def _topk(row: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _softmax_sum(row: np.ndarray) -> float:
-    """sum(exp(row - max)) in float64, in place (a 152k row's fresh temporaries cost more than its exp)."""
-    w = np.subtract(row, row.max(), dtype=np.float64)
-    return float(np.exp(w, out=w).sum())
+    """sum(exp(row - max)) in float64: the sampler's weights at temperature 1, summed."""
+    return float(weights(row, SamplingParams(temperature=1.0))[1].sum())
 
 
 def _logprob(target: Engine, row: np.ndarray, token: int, n: int) -> TokenLogprob:
     """The chosen token's log-probability and the n most likely tokens' (log-softmax at temperature 1)."""
     norm = float(row.max()) + np.log(_softmax_sum(row))
     lp = lambda i: float(np.float64(row[i]) - norm)  # noqa: E731
-    idx = top_k_ids(row, n) if 0 < n < len(row) else np.arange(len(row) if n else 0)
+    idx = top_k_ids(row, n) if 0 < n < len(row) else np.arange(min(n, len(row)))
     idx = idx[np.lexsort((idx, -row[idx]))][:n]  # most likely first, ties by id
     piece = lambda i: target.detokenize([int(i)], special=True)  # noqa: E731
     return TokenLogprob(int(token), piece(token), lp(token), [(int(i), piece(i), lp(i)) for i in idx])
