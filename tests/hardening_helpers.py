@@ -76,7 +76,7 @@ class FakeSession:
     def warm_up(self, method=None, policy=None):
         return self
 
-    def generator(self, method=None, k=None, policy=None):
+    def generator(self, method=None, k=None, policy=None, sampled=False):
         return FakeGen(self.answer, self.delay_s)
 
     def maybe_swap(self):

@@ -70,7 +70,7 @@ class TickingSession(FakeSession):
     tick_s: float = 0.05
     gens: list = field(default_factory=list)
 
-    def generator(self, method=None, k=None, policy=None):
+    def generator(self, method=None, k=None, policy=None, sampled=False):
         self.gens.append(TickingGen(self.tick_s))
         return self.gens[-1]
 

@@ -338,7 +338,7 @@ def test_cached_tokens_never_tell_one_key_about_another_keys_prompt(tmp_path):
     from hardening_helpers import FakeSession, app_maker
 
     class Session(FakeSession):
-        def generator(self, method=None, k=None, policy=None):
+        def generator(self, method=None, k=None, policy=None, sampled=False):
             return _CachingGen()
 
     a, b = "key-a-" + "a" * 16, "key-b-" + "b" * 16

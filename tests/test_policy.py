@@ -461,6 +461,42 @@ def test_the_session_keeps_the_guards_verdict_for_its_next_start(tmp_path):
     assert not policies().get("omnidraft", PolicyConfig(name="cost", k=4)).guard.stats.resumed
 
 
+def test_greedy_and_sampled_requests_keep_apart_predictors_policies_and_verdicts(tmp_path):
+    """A server with greedy and sampled clients: each kind's policy learns with its own predictor, saved to its
+    own file, and resumes only its own guard verdict; greedy keeps the files named before the split."""
+    from omnidraft import statefile
+    from omnidraft.runtime.policies import PolicyCache
+    from omnidraft.runtime.state import StateDir, guard_key
+
+    state, key = StateDir(str(tmp_path)), "machine|build|models"
+    bridge = type("B", (), {"draft_fp": "d", "target_fp": "t"})()
+    pair = type("Pair", (), {"cache": type("C", (), {"save": lambda self, p: None})(), "bridge": bridge})()
+    cost = type("CM", (), {"t_verify": {1: 0.002}, "t_draft": 0.001, "t_draft_n": {1: 0.001}})()
+
+    def policies():
+        return PolicyCache(lambda: cost, lambda who: state.predictor(who, "base", bridge),
+                           lambda who: state.verdict(guard_key(key, "base", who)))
+
+    cache, cfg = policies(), PolicyConfig(name="cost", k=4)
+    greedy, sampled = cache.get("hybrid", cfg), cache.get("hybrid", cfg, sampled=True)
+    assert greedy is not sampled and greedy.predictor is not sampled.predictor
+    assert cache.get("hybrid", cfg) is greedy and cache.get("hybrid", cfg, sampled=True) is sampled
+    feats = [DraftFeatures(token=5, depth=0, p_top1=0.9, entropy=0.3, margin=0.8)]
+    for _ in range(20):
+        sampled.predictor.update(feats, 0)  # sampled drafts rejected: greedy's estimate must not move
+    assert greedy.predictor.predict(feats[0]) > sampled.predictor.predict(feats[0]) + 0.1
+    sampled.guard.resume({"ratio": 0.8, "spell": 128, "rates": [40.0, 50.0]})
+    state.save(pair, "base", key, cache.predictors(), cache.policies())
+    assert (tmp_path / "predictor-hybrid@sampled-base-d-t.json").exists()
+    assert not (tmp_path / "predictor-hybrid-base-d-t.json").exists()  # greedy learned nothing
+    assert statefile.read(tmp_path / "guard.json", f"{key}|base|hybrid@sampled")["ratio"] == 0.8
+    assert statefile.read(tmp_path / "guard.json", f"{key}|base|hybrid") is None
+    fresh = policies()  # the next process: the sampled learner resumes, the greedy one starts fresh
+    assert fresh.get("hybrid", cfg, sampled=True).guard.stats.resumed
+    assert not fresh.get("hybrid", cfg).guard.stats.resumed
+    assert fresh.get("hybrid", cfg, sampled=True).predictor.predict(feats[0]) < greedy.predictor.predict(feats[0])
+
+
 def test_the_generator_feeds_the_guard_and_an_unpriced_drafter_cost_stops_drafting(default_session,
                                                                                    target_reference):
     """A real generation where each draft call costs more than the drafter's own timing shows (as a GPU's

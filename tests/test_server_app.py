@@ -54,11 +54,13 @@ class _Session:
     drafter_version: str = "v7"
     n_ctx: int = 64
     saved: int = 0
+    sampled: list = field(default_factory=list)  # each request's kind, as the worker asked for its generator
 
     def warm_up(self, method=None, policy=None):
         return self
 
-    def generator(self, method=None, k=None, policy=None):
+    def generator(self, method=None, k=None, policy=None, sampled=False):
+        self.sampled.append(sampled)
         return _Gen()
 
     def maybe_swap(self):
@@ -94,7 +96,7 @@ def make(tmp_path):
     def _make(**kw):
         outbox = kw.pop("outbox", None)
         registry = kw.pop("registry", None)
-        app = create_app(_Session(), ServerConfig(app_dir=str(tmp_path / "app"), **kw), outbox=outbox,
+        app = create_app(kw.pop("session", None) or _Session(), ServerConfig(app_dir=str(tmp_path / "app"), **kw), outbox=outbox,
                          registry=registry)
         apps.append(app)
         return app.test_client()
@@ -111,6 +113,16 @@ def test_spans_and_extension(make):
     assert d["omnidraft"]["draft_spans"] == [[0, 5], [7, 12]] and d["omnidraft"]["drafter_version"] == "v7"
     assert d["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5,
                           "prompt_tokens_details": {"cached_tokens": 0}}
+
+
+def test_greedy_and_sampled_requests_get_generators_that_learn_apart(make):
+    """A request that names no temperature is sampled (the API's default is 1), temperature 0 is greedy: the
+    worker asks the session for a generator of that kind (runtime.policies.learner)."""
+    session = _Session()
+    c = make(session=session)
+    for body in ({"prompt": "a"}, {"prompt": "a", "temperature": 0}, {"prompt": "a", "temperature": 0.7}):
+        assert c.post("/v1/completions", json=body).status_code == 200
+    assert session.sampled == [True, False, True]
 
 
 def test_typed_error_from_worker_maps_by_type(make):

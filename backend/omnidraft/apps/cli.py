@@ -72,7 +72,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                     "the target")
     session = Session(settings)
     try:
-        gen = session.warm_up().generator()
+        gen = session.warm_up().generator(sampled=not params.sampling().greedy)
         prompt = args.prompt if args.prompt != "-" else sys.stdin.read()
         pin = gen.prompt_from_messages([{"role": "user", "content": prompt}]) if args.chat \
             else gen.prompt_from_text(prompt)

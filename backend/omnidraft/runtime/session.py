@@ -75,11 +75,13 @@ class Session:
             self.models.set_draft_threads(self.costs.draft_threads())
         return self.models.draft_threads
 
-    def generator(self, method: str | None = None, k: int | None = None, policy: str | None = None) -> Generator:
+    def generator(self, method: str | None = None, k: int | None = None, policy: str | None = None,
+                  sampled: bool = False) -> Generator:
         """A generator for ``method`` (default: the settings'), drafting up to ``k`` with ``policy`` (default:
-        the settings').  Its DraftPolicy is this session's for that combination: it keeps what it learned."""
+        the settings'), for greedy requests or ``sampled`` ones.  Its DraftPolicy is this session's for that
+        combination: it keeps what it learned (greedy and sampled requests apart: runtime.policies.learner)."""
         method = method or self.settings.method
-        policy_ = self.policies.get(method, self.settings.policy_config(k, policy))  # runtime.policies
+        policy_ = self.policies.get(method, self.settings.policy_config(k, policy), sampled)
         return self.compose(method, self.pair, policy_)
 
     def compose(self, method: str, pair: PairContext | None, policy: DraftPolicy) -> Generator:
@@ -87,11 +89,11 @@ class Session:
         return Generator(self.target, make_drafter(method, pair), policy, method, self.max_verify_batch,
                          self.plan.guard)
 
-    def _predictor(self, method: str):
-        return self.state.predictor(method, self.drafter_version, self.pair.bridge) if self.pair else None
+    def _predictor(self, learner: str):
+        return self.state.predictor(learner, self.drafter_version, self.pair.bridge) if self.pair else None
 
-    def _verdict(self, method: str) -> dict | None:
-        return self.state.verdict(guard_key(self.costs.key(), self.drafter_version, method)) if self.pair else None
+    def _verdict(self, learner: str) -> dict | None:
+        return self.state.verdict(guard_key(self.costs.key(), self.drafter_version, learner)) if self.pair else None
 
     def ngram_stats(self) -> dict | None:
         """The n-gram cache's counts (None without a drafter)."""

@@ -18,12 +18,15 @@ from omnidraft.speculative.predictor import AcceptancePredictor
 from omnidraft.vocab.bridge import VocabBridge
 from omnidraft.vocab.ngram_cache import cache_filename
 
+from .policies import method_of
+
 GUARD_FILE = "guard.json"
 
 
-def guard_key(cost_key: str, version: str, method: str) -> str:
-    """The rate guard's verdict holds for this machine, build, models, settings, drafter version and method."""
-    return f"{cost_key}|{version}|{method}"
+def guard_key(cost_key: str, version: str, learner: str) -> str:
+    """The rate guard's verdict holds for this machine, build, models, settings, drafter version and learner
+    (a method under greedy or sampled requests, runtime.policies.learner)."""
+    return f"{cost_key}|{version}|{learner}"
 
 
 class StateDir:
@@ -37,12 +40,12 @@ class StateDir:
     def ngram_path(self, bridge: VocabBridge) -> Path:
         return self.root / cache_filename(bridge.draft_fp, bridge.target_fp)
 
-    def predictor_path(self, method: str, version: str, bridge: VocabBridge) -> Path:
+    def predictor_path(self, learner: str, version: str, bridge: VocabBridge) -> Path:
         """The acceptance predictor lives with the drafter version it learned about."""
-        return self.root / f"predictor-{method}-{version}-{bridge.draft_fp}-{bridge.target_fp}.json"
+        return self.root / f"predictor-{learner}-{version}-{bridge.draft_fp}-{bridge.target_fp}.json"
 
-    def predictor(self, method: str, version: str, bridge: VocabBridge) -> AcceptancePredictor:
-        return AcceptancePredictor.load(self.predictor_path(method, version, bridge))
+    def predictor(self, learner: str, version: str, bridge: VocabBridge) -> AcceptancePredictor:
+        return AcceptancePredictor.load(self.predictor_path(learner, version, bridge))
 
     def verdict(self, key: str) -> dict | None:
         """A rate guard's kept verdict (None: none kept, or a damaged file)."""
@@ -50,14 +53,15 @@ class StateDir:
 
     def save(self, pair: PairContext, version: str, cost_key: str, predictors: dict[str, AcceptancePredictor],
              policies: Iterable[tuple[str, DraftPolicy]]) -> None:
-        """The n-gram cache, the predictors that learned something, and each method's guard verdict (a process
-        that starts where drafting was measured losing does not pay to measure it again)."""
+        """The n-gram cache, the predictors that learned something, and each learner's guard verdict (a process
+        that starts where drafting was measured losing does not pay to measure it again).  ``predictors`` and
+        ``policies`` are keyed by learner (runtime.policies)."""
         pair.cache.save(self.ngram_path(pair.bridge))
-        for method, predictor in predictors.items():
-            if method != "target" and predictor.updates:
-                predictor.save(self.predictor_path(method, version, pair.bridge))
-        for method, policy in policies:
-            verdict, key = policy.guard.verdict(), guard_key(cost_key, version, method)
-            if method != "target" and verdict is not None and self._saved_verdicts.get(key) != verdict:
+        for who, predictor in predictors.items():
+            if method_of(who) != "target" and predictor.updates:
+                predictor.save(self.predictor_path(who, version, pair.bridge))
+        for who, policy in policies:
+            verdict, key = policy.guard.verdict(), guard_key(cost_key, version, who)
+            if method_of(who) != "target" and verdict is not None and self._saved_verdicts.get(key) != verdict:
                 statefile.write(self.root / GUARD_FILE, key, verdict)  # a server saves per request: the
                 self._saved_verdicts[key] = verdict  # file is rewritten only when a verdict changed

@@ -61,8 +61,9 @@ class ServingSession(Protocol):
     def warm_up(self, method: str | None = None, policy: str | None = None) -> ServingSession:
         """Load what ``method`` needs (cheap once done: called before every request)."""
 
-    def generator(self, method: str | None = None, k: int | None = None,
-                  policy: str | None = None) -> ServingGenerator: ...
+    def generator(self, method: str | None = None, k: int | None = None, policy: str | None = None,
+                  sampled: bool = False) -> ServingGenerator:
+        """A generator for one request; greedy and ``sampled`` requests learn their draft lengths apart."""
 
     def maybe_swap(self) -> bool:
         """Between requests: swap in a newly published drafter version; True if one was."""

@@ -179,7 +179,8 @@ class EngineWorker:
         except Exception:  # noqa: BLE001 - maybe_swap already keeps the old drafter; never fail the request
             log.exception("drafter hot swap check failed")
         try:
-            gen = s.warm_up(method, req.policy).generator(method, req.k, req.policy)
+            sampled = not req.params.sampling().greedy  # greedy and sampled requests learn apart
+            gen = s.warm_up(method, req.policy).generator(method, req.k, req.policy, sampled)
             prompt = gen.prompt_from_messages(req.messages) if req.kind == "chat" else gen.prompt_from_text(req.prompt)
             params = dataclasses.replace(req.params, stop=list(req.params.stop),
                                          record_topk=RECORD_TOPK if self.outbox is not None else 0)
