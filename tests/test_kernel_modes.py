@@ -35,7 +35,57 @@ def test_guard_flags_a_uniform_on_a_cdf_boundary():
     sp = SamplingParams(temperature=1.0, seed=1)
     assert first_uncertain_row(row, sp, [0.2500001], guard=1e-4) == 0   # at the edge of token 0 / token 1
     assert first_uncertain_row(row, sp, [0.37], guard=1e-4) is None     # well inside token 1
-    assert first_uncertain_row(row, SamplingParams(temperature=1.0, top_p=0.9), [0.37], guard=1e-4) == 0
+    assert first_uncertain_row(row, SamplingParams(temperature=1.0, top_p=0.9), [0.37], guard=1e-4) is None
+    assert first_uncertain_row(row, SamplingParams(temperature=1.0, top_p=0.9), [0.2500001], guard=1e-4) == 0
+
+
+def test_guard_flags_a_nucleus_that_a_small_move_could_change():
+    """Top-p keeps {0.5, 0.3} of [0.5, 0.3, 0.2] at top_p 0.8: at 0.8 exactly, a move that lowers their mass
+    drops it below top_p and brings the third token in; at 0.79 it is certain unless the move can reach 0.79's
+    1 % margin; a third token as heavy as the second could overtake it."""
+    sp = SamplingParams(temperature=1.0, top_p=0.8)
+    row = np.log(np.array([[0.5, 0.3, 0.2]]))
+    assert first_uncertain_row(row, sp, [0.3], guard=1e-4) == 0  # mass 0.8: at top_p
+    sp79 = SamplingParams(temperature=1.0, top_p=0.79)
+    assert first_uncertain_row(row, sp79, [0.3], guard=1e-4) is None
+    assert first_uncertain_row(row, sp79, [0.3], guard=0.05) == 0  # r = e^0.1 moves 0.8 below 0.79
+    close = np.log(np.array([[0.5, 0.25, 0.2499, 0.0001]]))
+    assert first_uncertain_row(close, SamplingParams(temperature=1.0, top_p=0.7), [0.3], guard=1e-3) == 0
+    assert first_uncertain_row(close, SamplingParams(temperature=1.0, top_p=0.7), [0.3], guard=1e-5) is None
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=1.0, top_p=0.9), dict(temperature=0.7, top_p=0.95),
+                                      dict(temperature=0.8, top_k=40, top_p=0.9), dict(temperature=1.5, top_p=0.5)])
+def test_a_row_the_guard_calls_certain_draws_the_same_token_after_any_move_within_it(settings):
+    """Rows shaped like a model's (a few heavy logits over a long tail, some flat, some with near-ties at the
+    nucleus's edge) and moves of every logit by at most the guard (random, and all +-guard with the sign
+    chosen to push the nucleus's mass down or up): where the guard says a row is certain, the moved row draws
+    the same token for every uniform tried.  It must also call most peaked rows certain, or drafting under a
+    guard could never pay on top-p requests."""
+    rng = np.random.default_rng(7)
+    sp, guard, certain, peaked = SamplingParams(**settings), 1e-3, 0, 0
+    for trial in range(300):
+        n = 2000
+        row = rng.normal(0.0, 2.0 if trial % 3 else 0.3, n)
+        row[rng.choice(n, 5, replace=False)] += rng.uniform(4.0, 12.0, 5) * (trial % 3 != 0)
+        if trial % 5 == 0:  # a near-tie somewhere in the heavy part
+            a, b = np.argsort(row)[-3:-1]
+            row[a] = row[b] + rng.uniform(-2e-3, 2e-3)
+        us = rng.random(8)
+        sure = [u for u in us if first_uncertain_row(row[None], sp, [u], guard) is None]
+        peaked += trial % 3 != 0
+        certain += bool(sure) and trial % 3 != 0
+        if not sure:
+            continue
+        keep = np.zeros(n, dtype=bool)
+        from omnidraft.speculative.verifier import weights, draw
+        ids, w = weights(row, sp)
+        keep[ids if ids is not None else np.arange(n)] = w > 0
+        moves = [rng.uniform(-guard, guard, n), np.where(keep, -guard, guard), np.where(keep, guard, -guard)]
+        for move in moves:
+            for u in sure:
+                assert draw(row + move, sp, u)[0] == draw(row, sp, u)[0], (trial, u)
+    assert certain >= 0.6 * peaked, (certain, peaked)
 
 
 def test_plan_never_lets_argmax_flips_verify():

@@ -16,7 +16,7 @@ for the token after candidate i (row 0: after the context), and return
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -182,6 +182,30 @@ def verify_rejection_approx(candidates: Sequence[int], q_candidates: Sequence[fl
     return n, sample_with(target_probs(logits[n], p), rng.random())
 
 
+def _nucleus_certain(row: np.ndarray, p: SamplingParams, guard: float) -> bool:
+    """Whether top-p keeps the same tokens however every logit moves by at most ``guard``.  Such a move scales
+    any weight against any other by at most r = exp(2 guard / T), so a set of mass P keeps between
+    P / (P + r (1 - P)) and r P / (r P + 1 - P) of the total (``_moved``).  The nucleus (the heaviest tokens
+    whose mass first reaches top_p) stays the same set if (1) no token outside it can overtake one inside,
+    (2) it still reaches top_p, and (3) no set of all its tokens but one does, the lightest left out (the
+    heaviest such set)."""
+    _, w = weights(row, replace(p, top_p=1.0))  # temperature and top-k, as draw applies them first
+    inside = np.zeros(w.size, dtype=bool)
+    inside[_nucleus(w, p.top_p)] = True
+    r = float(np.exp(2.0 * guard / max(p.temperature, 1e-6)))
+    total, lightest = float(w.sum()), float(w[inside].min())
+    outside = w[~inside]
+    if outside.size and lightest <= r * float(outside.max()):
+        return False
+    mass = float(w[inside].sum()) / total
+    return _moved(mass, 1.0 / r) > p.top_p and _moved(mass - lightest / total, r) < p.top_p
+
+
+def _moved(mass: float, r: float) -> float:
+    """A set's share of the total once its weights are scaled by r against the rest's."""
+    return r * mass / (r * mass + 1.0 - mass)
+
+
 def first_uncertain_row(logits: np.ndarray, p: SamplingParams, uniforms: Sequence[float], guard: float) -> int | None:
     """First row whose decision could change if every logit moved by at most ``guard``, else None.
 
@@ -190,7 +214,7 @@ def first_uncertain_row(logits: np.ndarray, p: SamplingParams, uniforms: Sequenc
     target alone would; the returned row must be re-decoded one token at a time.
     Greedy: the top-2 margin is at most 2 * guard.  Sampling: the uniform lies within the CDF shift
     such a move can cause of a boundary of the sampled token, or top-k's k-th/k+1-th logits are that
-    close.  Top-p sampling in a guarded mode is not judged here: every row counts as uncertain.
+    close, or top-p's nucleus could gain or lose a token (``_nucleus_certain``).
     """
     for i in range(len(logits)):
         row = logits[i]
@@ -199,12 +223,12 @@ def first_uncertain_row(logits: np.ndarray, p: SamplingParams, uniforms: Sequenc
             if top2[1] - top2[0] <= 2.0 * guard:
                 return i
             continue
-        if p.top_p < 1.0:
-            return i
         if p.top_k and p.top_k < row.size:
             edge = np.partition(row, (-p.top_k - 1, -p.top_k))[-p.top_k - 1:-p.top_k + 1 or None]
             if abs(float(edge[1] - edge[0])) <= 2.0 * guard:
                 return i
+        if p.top_p < 1.0 and not _nucleus_certain(row, p, guard):
+            return i
         _, lo, hi, total = draw(row, p, uniforms[i])
         lo, hi = lo / total, hi / total
         eps = np.expm1(2.0 * guard / max(p.temperature, 1e-6))  # largest CDF shift the move can cause
