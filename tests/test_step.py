@@ -87,6 +87,12 @@ def test_the_cost_rule_chooses_from_an_outlook_without_its_policy():
     probe = cost.choose(Outlook(3, probe_due=True, **losing))
     assert (probe.k, probe.probe) == (1, True)
     assert best_length((1.0, 0.0, 5.0), (True, False, True)) == 1  # never timed: tried first
+    # the recent estimate's fastest (3) is not paid for at the long-run acceptance, one token is at both
+    split = dict(calibrated=True, ceiling=2.0, speeds=(1.0, 1.2, 1.3, 1.5), timed=timed)
+    assert cost.choose(Outlook(3, long_speeds=(1.0, 1.13, 1.0, 1.01), margin=0.02, **split)).k == 1
+    assert cost.choose(Outlook(3, long_speeds=(1.0, 1.13, 1.05, 1.01), margin=0.02, **split)).k == 2
+    assert cost.choose(Outlook(3, long_speeds=(1.0, 1.13, 1.05, 1.1), margin=0.02, **split)).k == 3
+    assert cost.choose(Outlook(3, long_speeds=(1.0, 1.01, 1.0, 0.9), margin=0.02, **split)).k == 0
     assert RULES["fixed"].choose(Outlook(-1)).k == 0
 
 

@@ -224,7 +224,8 @@ def first_uncertain_row(logits: np.ndarray, p: SamplingParams, uniforms: Sequenc
                 return i
             continue
         if p.top_k and p.top_k < row.size:
-            edge = np.partition(row, (-p.top_k - 1, -p.top_k))[-p.top_k - 1:-p.top_k + 1 or None]
+            top = row[top_k_ids(row, p.top_k + 1)]  # the k+1 largest (and ties): no partition of the whole row
+            edge = np.partition(top, (-p.top_k - 1, -p.top_k))[-p.top_k - 1:-p.top_k + 1 or None]
             if abs(float(edge[1] - edge[0])) <= 2.0 * guard:
                 return i
         if p.top_p < 1.0 and not _nucleus_certain(row, p, guard):
