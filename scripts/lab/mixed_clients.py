@@ -9,8 +9,8 @@ plugin at temperature 0) then a sampled one (a chat app at the API's default tem
 greedy generator every time, as the worker did before: one policy, one acceptance predictor, one guard verdict
 for both kinds.  The two sessions take turns request by request, the first of each pair alternating, so the VM's
 drift falls on both.  Their output must be the same token for token (seeded sampling is exact).  ``--same``
-makes both sessions learn apart: an A/A run, whose ratios are the harness's own bias (the thirty-sixth session, 1.5B
-at temperature 1: 0.985x greedy, 0.971x sampled).
+makes both sessions learn apart: an A/A run, whose ratios are the harness's own noise (the thirty-sixth session, 1.5B
+at temperature 1, three runs: 0.95-1.10x; two alike sessions' policies drift apart on timing noise).
 """
 from __future__ import annotations
 
