@@ -21,6 +21,7 @@ import tempfile
 import time
 
 import omnidraft  # noqa: F401  (loads llama_cpp before numpy's heavy users, as every entry point does)
+from omnidraft.apps.adapt_items import prompt_input
 from omnidraft.assets.snapshot import load_set
 from omnidraft.bench import report
 from omnidraft.runtime.session import Session
@@ -28,19 +29,16 @@ from omnidraft.runtime.settings import Settings
 from omnidraft.speculative.generator import GenerationParams
 
 
-def _prompt(gen, item):
-    return gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
-        else gen.prompt_from_text(item.prompt)
-
-
 def run(target: str, n: int, greedy_set: str, sampled_set: str, sampling: dict, max_tokens: int,
         flip: bool = False, same: bool = False) -> dict:
     stream = []
-    for i, (g, s) in enumerate(zip(load_set(greedy_set).split("heldout")[:n], load_set(sampled_set).split("heldout")[:n])):
+    pairs = zip(load_set(greedy_set).split("heldout")[:n], load_set(sampled_set).split("heldout")[:n])
+    for i, (g, s) in enumerate(pairs):
         stream += [("greedy", g, GenerationParams(max_tokens=max_tokens)),
                    ("sampled", s, GenerationParams(max_tokens=max_tokens, seed=1000 + i, **sampling))]
     # --flip also creates the shared session first: the A/A runs found the second-made session 2-5 % faster
-    dirs = {name: tempfile.mkdtemp(prefix=f"mixed-{name}-") for name in (("shared", "split") if flip else ("split", "shared"))}
+    made = ("shared", "split") if flip else ("split", "shared")
+    dirs = {name: tempfile.mkdtemp(prefix=f"mixed-{name}-") for name in made}
     sessions = {name: Session(Settings(target=target, state_dir=d)).warm_up() for name, d in dirs.items()}
     tot = {name: {kind: collections.Counter() for kind in ("greedy", "sampled")} for name in sessions}
     outputs: dict[str, list] = {name: [] for name in sessions}
@@ -49,7 +47,7 @@ def run(target: str, n: int, greedy_set: str, sampled_set: str, sampling: dict, 
         for name in order:
             apart = name == "split" or same  # --same: both sessions learn apart (an A/A run)
             gen = sessions[name].generator(sampled=kind == "sampled" and apart)
-            f = gen.generate(_prompt(gen, item), params)
+            f = gen.generate(prompt_input(gen, (item.prompt, item.chat)), params)
             sessions[name].save_state()  # as the server does after each request
             c = tot[name][kind]
             c["tokens"] += len(f.token_ids)
@@ -58,8 +56,8 @@ def run(target: str, n: int, greedy_set: str, sampled_set: str, sampling: dict, 
             c["proposed"] += f.stats.proposed
             c["accepted"] += f.stats.accepted
             outputs[name].append(f.token_ids)
-        print(f"{j + 1}/{len(stream)} {kind}: " + "  ".join(
-            f"{name} {tot[name][kind]['tokens'] / tot[name][kind]['decode_s']:.1f} tok/s" for name in order), flush=True)
+        rates = (f"{name} {tot[name][kind]['tokens'] / tot[name][kind]['decode_s']:.1f} tok/s" for name in order)
+        print(f"{j + 1}/{len(stream)} {kind}: " + "  ".join(rates), flush=True)
     for s in sessions.values():
         s.close()
     res = {name: {kind: dict(c, tokens_per_s=round(c["tokens"] / c["decode_s"], 2),

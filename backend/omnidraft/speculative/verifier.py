@@ -193,11 +193,11 @@ def _nucleus_certain(row: np.ndarray, p: SamplingParams, guard: float) -> bool:
     inside = np.zeros(w.size, dtype=bool)
     inside[_nucleus(w, p.top_p)] = True
     r = float(np.exp(2.0 * guard / max(p.temperature, 1e-6)))
-    total, lightest = float(w.sum()), float(w[inside].min())
-    outside = w[~inside]
+    kept, outside = w[inside], w[~inside]
+    total, lightest = float(w.sum()), float(kept.min())
     if outside.size and lightest <= r * float(outside.max()):
         return False
-    mass = float(w[inside].sum()) / total
+    mass = float(kept.sum()) / total
     return _moved(mass, 1.0 / r) > p.top_p and _moved(mass - lightest / total, r) < p.top_p
 
 
