@@ -118,3 +118,22 @@ def test_a_long_stream_is_summed_up_at_its_end_with_its_best_point_and_crossings
     assert "best point: +6.0 points after 128 prompts; first reached +5 after 128, +10 after no point" in \
         summary_lines(s)[1]
     assert summary(curve, point(0, 0.36), {}, [], 700.0)["measured"]["prompts"] == 64  # issue 26's 64 by default
+
+
+def test_a_goal_with_nothing_to_judge_is_not_reported_as_missed():
+    """A stream without old domains beside it (issue 43's unseen scenarios) measured no forgetting, and the
+    10-minute goal is the 64-prompt run's: a 1,000-request stream's summary read "NOT met" for both."""
+    from omnidraft.apps.adapt_report import summary, summary_lines
+
+    def point(prompts, acc):
+        return {"prompts": prompts, "measured": True, "acceptance": acc, "tau": 2.0 + acc}
+
+    curve, updates = [point(0, 0.35), point(1000, 0.44)], [{"train_s": 9.0, "export_s": 3.0}]
+    s = summary(curve, point(0, 0.35), {}, updates, 752.0, within=1000)
+    assert s["met"]["old_points"] is None and s["met"]["run_s"] is None
+    lines = summary_lines(s)
+    assert "old domains, acceptance after - before: not measured points (goal: no more than 2 lost: nothing to " \
+        "judge)" in lines and "NOT met" not in lines[2] + lines[3]
+    assert lines[3].endswith("run 752 s")
+    short = summary(curve[:1] + [point(64, 0.44)], point(0, 0.35), {}, updates, 752.0)
+    assert short["met"]["run_s"] is False and "(goal <= 600: NOT met)" in summary_lines(short)[3]

@@ -39,11 +39,14 @@ def summary(curve: list[dict], control: dict | None, old: dict, updates: list[di
            "best": {"prompts": best["prompts"], "acceptance_points": _gain(best, control)} if best else None,
            "crossed": crossed,
            "update_s": max(train, default=None), "publish_s": max(publish, default=None), "run_s": run_s}
+    # None: nothing to judge (no old domains streamed beside it; the 10-minute goal is the 64-prompt run's, not a
+    # long stream's), which the report prints as such rather than as a miss
     met = {"acceptance_points": gain is not None and gain >= GOALS["acceptance_points"],
            "tau": tau is not None and tau >= GOALS["tau"],
-           "old_points": bool(drift) and all(d >= -GOALS["old_points"] for d in drift.values()),
+           "old_points": all(d >= -GOALS["old_points"] for d in drift.values()) if drift else None,
            "update_s": bool(train) and max(train) <= GOALS["update_s"],
-           "publish_s": bool(publish) and max(publish) <= GOALS["publish_s"], "run_s": run_s <= GOALS["run_s"]}
+           "publish_s": bool(publish) and max(publish) <= GOALS["publish_s"],
+           "run_s": run_s <= GOALS["run_s"] if within <= GOALS["prompts"] else None}
     return {"goals": GOALS, "measured": got, "met": met}
 
 
@@ -113,7 +116,7 @@ def recovery_lines(rec: dict | None) -> list[str]:
 
 def summary_lines(s: dict) -> list[str]:
     g, m, ok = s["goals"], s["measured"], s["met"]
-    yes = {True: "met", False: "NOT met"}
+    yes = {True: "met", False: "NOT met", None: "nothing to judge"}
 
     def num(v, fmt):
         return "not measured" if v is None else format(v, fmt)
@@ -130,7 +133,8 @@ def summary_lines(s: dict) -> list[str]:
             f"{yes[ok['old_points']]})",
             f"slowest update {num(m['update_s'], '.1f')} s (goal <= {g['update_s']:.0f}: {yes[ok['update_s']]}), "
             f"slowest export + check + swap {num(m['publish_s'], '.1f')} s (goal <= {g['publish_s']:.0f}: "
-            f"{yes[ok['publish_s']]}), run {m['run_s']:.0f} s (goal <= {g['run_s']:.0f}: {yes[ok['run_s']]})",
+            f"{yes[ok['publish_s']]}), run {m['run_s']:.0f} s" + (
+                "" if ok["run_s"] is None else f" (goal <= {g['run_s']:.0f}: {yes[ok['run_s']]})"),
             *(line for rec in (s.get("drift_recovery") or {}).values() for line in recovery_lines(rec))]
 
 
