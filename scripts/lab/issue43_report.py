@@ -44,6 +44,10 @@ results/issue43/device-1000 (2026-12-06: code-long-mb4 and chat-long-mb4 again, 
 gives rep-NAME-h100.json per run and unseen-code-1000-twice.png / unseen-chat-1000-twice.png, each beside the
 twentieth session's run.
 
+A DIR that holds code-long-mb4-1.5b/ or chat-long-mb4-1.5b/ (results/issue43/device-1.5b, 2026-12-07: the same two
+streams served by the 1.5B Q4_K_M, on an H100, their drafters kept) gives t15-NAME-h100.json per run and
+unseen-code-1.5b-h100.png / unseen-chat-1.5b-h100.png (curve and control).
+
 A DIR that holds code-long-mb4/, chat-long-mb4/ or code-long-mb4-dm/ (results/issue43/device-mb4, twentieth session:
 four records a step at lr 2e-3) gives mb4-NAME-h200.json per run (with the fit from 128 on),
 unseen-code-mb4-h200.png (beside the one-record-a-step code-long curve) and unseen-chat-mb4-h200.png (beside the
@@ -83,7 +87,11 @@ RUNS = {  # name -> (scenario, loss, label)
     # results/issue43/device-xl: chat to 1,500 requests over chat-xl, and the drift run with the LoRA default
     "chat-xl-mb4": ("unseen-chat", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "chat-xl, 4 a step, lr 2e-3"),
     "drift-mb4": ("drift-domain", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "JavaScript (streamed 1-256)"),
+    # results/issue43/device-1.5b: code-long-mb4 and chat-long-mb4 served by the 1.5B Q4_K_M (37th session)
+    "code-long-mb4-1.5b": ("unseen-code", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "served by the 1.5B Q4_K_M"),
+    "chat-long-mb4-1.5b": ("unseen-chat", "L_DM + 0.2 L_N-gram (+ 0.5 prompt NLL)", "served by the 1.5B Q4_K_M"),
 }
+TARGET15 = ("code-long-mb4-1.5b", "chat-long-mb4-1.5b")
 XL = ("chat-xl-mb4", "drift-mb4")
 WHEN = {"device-xl": "2026-12-05", "device-drift": "2026-12-05"}  # the xl mode's folders, when they ran
 REF_MB4_CHAT = Path("results/issue43/device-mb4/mb4-chat-long-mb4-h200.json")  # chat-long to 1,000, 4 a step
@@ -213,6 +221,8 @@ def main(argv: list[str]) -> None:
         return _xl(src, out, argv[2] if len(argv) > 2 else "h100")
     if src.name == "device-1000":
         return _repeat(src, out)
+    if any((src / n).is_dir() for n in TARGET15):
+        return _target15(src, out)
     if any((src / n).is_dir() for n in MICRO):
         return _micro(src, out)
     where = WHERE_X2 if variants else WHERE_RANK if ranks else WHERE_LONG if longs else WHERE_CHAT if chat2 else WHERE
@@ -336,6 +346,26 @@ def _repeat(src: Path, out: Path) -> None:
             else None
         plot([r] + ([ref] if ref else []), out / f"{scenario}-1000-twice.png",
              f"{scenario} to 1,000 requests, twice (4 records a step, lr 2e-3){pair}")
+
+
+def _target15(src: Path, out: Path) -> None:
+    """results/issue43/device-1.5b (2026-12-07): the unseen streams to 1,000 served by the 1.5B Q4_K_M, the target
+    their drafters' wall-clock is timed with on 2 cores, so that they learn its text rather than the 0.5B's."""
+    where = ("lent GPU machine: 1 NVIDIA H100 + 16-core host; generation fully offloaded (CUDA build of llama-cpp-python "
+             "0.3.36), the trainer's steps on the GPU, export + check on the host CPU; code-long-mb4-1.5b and "
+             "chat-long-mb4-1.5b at once on the one GPU, N_TRAIN=1000, --checkpoints 64,128,256,512,1000 "
+             f"--keep-drafters (2026-12-07, {src})")
+    pair = "\nSmolLM2-135M (never distilled) -> Qwen2.5-Coder-1.5B Q4_K_M; 1 H100; held-out k = 4 (5-row passes)"
+    for name, what in zip(TARGET15, ("stdlib-code-long stream, 32 HumanEval prompts", "chat-long stream, 32 ShareGPT "
+                                     "prompts")):
+        if not (src / name).is_dir():
+            continue
+        r = load_run(src / name, name, where)
+        r["fit_from_128"] = fit_from(r["curve"], 128, 1.25 * r["control"]["tau"])
+        (out / f"t15-{name}-h100.json").write_text(json.dumps(r, indent=1))
+        print(f"{name}: {r['stream_prompts_seen']} requests; vs control {gains_line(r)}; slope {r['slope_at_end']}; "
+              f"fit from 128 {r['fit_from_128']}")
+        plot([r], out / f"{RUNS[name][0]}-1.5b-h100.png", f"{RUNS[name][0]} to 1,000 requests: {what} held out{pair}")
 
 
 def _xl(src: Path, out: Path, card: str) -> None:
