@@ -25,7 +25,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-SEEDED = ("invariance.json", "costmodel.json", "threads.json")
+SEEDED = ("invariance.json", "costmodel.json", "threads.json", "formats.json")
 # Set by tests/conftest.py to a folder of this pytest session: what any test's start-up measured lands
 # there, so on a machine without a user state (a clean CI clone) only the first start measures.
 SHARED_ENV = "OMNIDRAFT_TEST_SHARED_STATE"

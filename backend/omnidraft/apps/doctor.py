@@ -158,7 +158,8 @@ def machine_section() -> list[str]:
             f"CPU: {cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
             "mostly-Q5_0 targets (" + ", ".join(formats.MOSTLY_Q5_0) + "): " +
             ("their exact ':wide' copy (this CPU unpacks Q5_0 slowly: AVX2 without VNNI)"
-             if formats.wide_pays(cpuid.cpu_identity()["flags"]) else "the pinned file"),
+             if formats.wide_pays(cpuid.cpu_identity()["flags"])
+             else "the pinned file or its exact ':wide' copy, whichever decodes faster here (timed at first start)"),
             *(f"speed format on offer: {formats.speed_offer(name)}" for name in formats.SPEED_FORMATS),
             f"memory: {mem:.1f} GiB" if mem else "memory: unknown",
             f"OS: {platform.platform()}; Python {platform.python_version()} ({sys.executable})"]

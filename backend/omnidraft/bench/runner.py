@@ -22,6 +22,7 @@ from omnidraft.speculative.stats import GenerationStats
 from omnidraft.speculative.methods import PairContext
 from omnidraft.speculative.policy import PolicyConfig, seeded_policy
 from omnidraft.runtime.session import Session
+from omnidraft.assets import models
 from omnidraft.assets.prompts import Item
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,9 @@ class BenchContext:
     def peer(self) -> "PeerLlama":
         if self._peer is None:
             s = self.session.settings
-            self._peer = PeerLlama(self.session.target.path, s.threads, s.gpu_layers)
+            # the file the user named (for a registry name, the pinned one they download), not the wide copy
+            # the session may run from: plain llama-cpp-python has no such copy unless its user makes one
+            self._peer = PeerLlama(models.resolve(s.target), s.threads, s.gpu_layers)
         return self._peer
 
     def close(self) -> None:

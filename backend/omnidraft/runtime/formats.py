@@ -4,7 +4,8 @@ requantized speed format on offer for a registry target run from its pinned weig
 Qwen2.5-Coder-0.5B's Q4_K_M file is 55 % Q5_0 by bytes (its 896-wide rows hold no 256-value K-quant blocks).
 On x86 CPUs with AVX2 and no VNNI, unpacking Q5_0's fifth bit bounds its decode; the same weights as Q8_0 blocks
 (``NAME:wide``, gguf_tools.widen: no value changes) decode in 0.83x the time on a 2-core Zen 1 (T(1) 39.8
-against 48.1 ms, BENCHMARKS.md).  With VNNI or on ARM it is unmeasured, so the pinned file stays.  A registry
+against 48.1 ms, BENCHMARKS.md).  With VNNI or on ARM no rule holds (a Zen 5 decodes the wide copy faster, a
+Zen 4's memory-bound decode may not), so ``auto`` times both there once (``runtime.wideprobe``).  A registry
 name means "these weights, in the encoding this CPU runs fastest"; a path always means that file.
 """
 
@@ -65,6 +66,16 @@ def wide_pays(flags: Iterable[str]) -> bool:
     """Whether a CPU with these /proc/cpuinfo flags decodes Q8_0 faster than Q5_0: x86 AVX2 without VNNI."""
     flags = set(flags)
     return "avx2" in flags and not flags & {"avx_vnni", "avx512_vnni"}
+
+
+def measures_wide(name_or_path: str, wide: str = "auto", gpu_layers: int = 0,
+                  flags: Iterable[str] | None = None) -> bool:
+    """Whether ``auto`` must time the pinned file against its wide copy (``runtime.wideprobe``): a mostly-Q5_0
+    registry target on the CPU, where no rule (:func:`wide_pays`) decides."""
+    name = str(name_or_path).lower()
+    if wide != "auto" or gpu_layers or name not in MOSTLY_Q5_0 or Path(name_or_path).expanduser().is_file():
+        return False
+    return not wide_pays(cpuid.cpu_identity()["flags"] if flags is None else flags)
 
 
 def check_wide(wide: str) -> None:

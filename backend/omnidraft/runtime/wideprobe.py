@@ -1,0 +1,111 @@
+"""Pinned or wide, measured where no rule decides: the target a mostly-Q5_0 registry model runs from.
+
+``formats.wide_pays`` covers the CPUs measured to decode the 0.5B's ``:wide`` copy faster (AVX2 without VNNI: the
+Zen 1). Elsewhere it depends on the moment's bound. On a 2-core Zen 5 (AVX-512 VNNI) the wide copy's 4-row pass
+took 12.9-13.0 ms against the pinned file's 17.5-17.9 every time, but its one-token pass 9.3 against 10.4 ms in one
+run and 11.3 against 10.9 in another, when the VM read memory slower (BENCHMARKS.md, thirty-seventh session); a
+Zen 4's decode is bound by memory, which the wide file's 1.55x bytes of Q5_0 tensors cost. So ``--wide auto`` there
+times both files once per machine, build and setting, interleaved so that the VM's drift lands on both, scores
+them as the kernel modes are scored, runs the better and remembers the verdict (``formats.json`` in the state dir).
+Both files hold the same values, so the choice changes speed only, never a token.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+from pathlib import Path
+from statistics import median
+from types import SimpleNamespace
+
+from omnidraft import statefile
+from omnidraft.assets import models
+from omnidraft.llama import build as llama_build
+from omnidraft.llama import cpuid, invariance
+from omnidraft.llama.costmodel import sample_passes
+from omnidraft.llama.engine import Engine
+from omnidraft.llama.invariance import VerifyPlan
+
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+VERDICTS = "formats.json"
+ROUNDS = 4  # interleaved timing rounds (each: 3 passes of each size 1..4 per file)
+
+
+def prefers_wide(times: dict[str, dict[int, float]]) -> bool:
+    """Whether the wide copy serves faster, judged as the kernel modes are (``invariance.choose_mode``): tokens a
+    second at a nominal acceptance over the timed pass sizes, and within ``SCORE_TIE`` of each other the faster
+    one-token pass (what the target alone runs at), kept by the pinned file on a tie."""
+    def scored(t: dict[int, float]) -> float:
+        return invariance.score(SimpleNamespace(t=lambda n: t.get(n, 0.0)), SimpleNamespace(max_batch=max(t)))
+
+    pinned, wide = scored(times["pinned"]), scored(times["wide"])
+    if wide >= (1 - invariance.SCORE_TIE) * pinned and pinned >= (1 - invariance.SCORE_TIE) * wide:
+        return times["wide"][1] < times["pinned"][1]
+    return wide > pinned
+
+
+def verdict_key(settings: Settings, pinned: Path) -> str:
+    """What the verdict depends on: the machine, the llama.cpp build, the pinned file, threads and kernels."""
+    cpu = cpuid.cpu_identity()
+    st = pinned.stat()
+    return "|".join((platform.node(), cpu["name"], cpu["family"], cpu["model"], " ".join(cpu["flags"]),
+                     llama_build.build_id(), f"{pinned.name}:{st.st_size}", str(settings.threads), settings.kernels))
+
+
+def _load(settings: Settings, path: Path, state_root: Path) -> tuple[Engine, VerifyPlan]:
+    return invariance.load_target(path, settings.n_ctx, settings.threads, settings.kernels,
+                                  state_root / "invariance.json", settings.gpu_layers)
+
+
+def _time(engines: dict[str, Engine], sizes: tuple[int, ...]) -> dict[str, dict[int, float]]:
+    """Median seconds of each size's pass, the files taking turns first round by round."""
+    samples: dict[str, dict[int, list[float]]] = {w: {n: [] for n in sizes} for w in engines}
+    order = list(engines)
+    for r in range(ROUNDS):
+        for which in (order if r % 2 == 0 else order[::-1]):
+            for n, ts in sample_passes(engines[which], range(1, max(sizes) + 1), 3).items():
+                if n in sizes:
+                    samples[which][n].extend(ts)
+    return {w: {n: median(v) for n, v in s.items()} for w, s in samples.items()}
+
+
+def load(settings: Settings, state_root: Path) -> tuple[Engine, VerifyPlan]:
+    """The target, from its pinned file or its wide copy, whichever this machine's verdict names; measured and
+    remembered on first use. A pinned verdict removes a wide copy that this measurement made."""
+    name = settings.target
+    pinned = models.resolve(name)
+    path, key = state_root / VERDICTS, verdict_key(settings, pinned)
+    known = statefile.read(path, key)
+    if known and known.get("choice") in ("pinned", "wide"):
+        chosen = pinned if known["choice"] == "pinned" else models.resolve(f"{name}:{models.WIDE}")
+        return _load(settings, chosen, state_root)
+    made = not models.derived_path(name, models.WIDE).is_file()
+    log.info("%s: timing its pinned file against its exact wide copy (Q5_0 blocks as Q8_0) once on this CPU, "
+             "to run the faster; --wide on|off skips this", name)
+    try:
+        wide = models.resolve(f"{name}:{models.WIDE}")
+    except OSError as e:  # a full disk, say: the pinned file serves, and the next start asks again
+        log.warning("%s: could not make its wide copy (%s); running the pinned file", name, e)
+        return _load(settings, pinned, state_root)
+    loaded: dict[str, tuple[Engine, VerifyPlan]] = {}
+    try:
+        for which, f in (("pinned", pinned), ("wide", wide)):
+            loaded[which] = _load(settings, f, state_root)
+        sizes = tuple(range(1, min(4, *(plan.max_batch for _, plan in loaded.values())) + 1))
+        times = _time({w: e for w, (e, _) in loaded.items()}, sizes)
+        choice = "wide" if prefers_wide(times) else "pinned"
+        keep = loaded.pop(choice)
+    finally:
+        for engine, _ in loaded.values():
+            engine.close()
+    ms = {w: {n: round(1e3 * t, 2) for n, t in v.items()} for w, v in times.items()}
+    statefile.write(path, key, {"choice": choice, "t_ms": ms})
+    log.info("%s: the %s file serves faster here (T(n) ms: pinned %s, wide %s); remembered in %s", name, choice,
+             ms["pinned"], ms["wide"], path)
+    if choice == "pinned" and made:  # 1.4x the pinned file's disk, for nothing on this machine
+        for f in (wide, wide.with_name(wide.name + ".from")):
+            f.unlink(missing_ok=True)
+    return keep
