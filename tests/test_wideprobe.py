@@ -150,3 +150,18 @@ def test_the_real_pair_runs_the_file_its_probe_timed_faster(tmp_path, monkeypatc
     again, _ = wideprobe.load(settings, root)
     assert again.path == engine.path
     again.close()
+
+
+def test_doctor_names_the_verdicts_kept_for_this_machine_and_build(tmp_path):
+    pinned = tmp_path / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    pinned.write_bytes(b"p")
+    key = wideprobe.verdict_key(Settings(target=models.QWEN_05B, threads=2), pinned)
+    t_ms = {"pinned": {"1": 11.07, "4": 17.59}, "wide": {"1": 11.34, "4": 13.19}}
+    statefile.write(tmp_path / wideprobe.VERDICTS, key, {"choice": "wide", "t_ms": t_ms})
+    statefile.write(tmp_path / wideprobe.VERDICTS, "another-host" + key[key.index("|"):], {"choice": "pinned",
+                                                                                           "t_ms": t_ms})
+    assert wideprobe.describe(tmp_path) == [
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (threads 2, kernels auto): the wide file (T(1) pinned 11.07 / wide "
+        "11.34 ms, T(4) 17.59 / 13.19 ms)"]
+    (tmp_path / wideprobe.VERDICTS).write_text("{not json")
+    assert wideprobe.describe(tmp_path) == []

@@ -17,7 +17,7 @@ import llama_cpp
 from omnidraft.llama import buildprobe, build as llama_build, cpuid
 from omnidraft.llama.engine import flash_attn_default
 from omnidraft.assets import models
-from omnidraft.runtime import formats
+from omnidraft.runtime import formats, wideprobe
 
 # CPU flags (as /proc/cpuinfo names them) -> ggml feature name, for "used / refused"
 _ISA = {"avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx_vnni": "avx_vnni", "avx512f": "avx512",
@@ -175,6 +175,7 @@ def cache_section() -> list[str]:
     if state.is_dir():
         n = sum(1 for _ in state.iterdir())
         lines.append(f"  state: {state} ({n} files: n-gram caches, predictors, probe results)")
+        lines += [f"  timed here, pinned or wide: {line}" for line in wideprobe.describe(state)]
     return lines
 
 

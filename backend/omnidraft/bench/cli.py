@@ -22,6 +22,7 @@ from omnidraft.errors import from_gguf_tools
 from omnidraft.llama import invariance, log as llama_log
 from omnidraft.llama.costmodel import CostModel, time_passes
 from omnidraft.llama.engine import AUTO, Engine, EngineConfig, KERNEL_CHOICES, KernelMode
+from omnidraft.runtime.formats import WIDE_CHOICES
 from omnidraft.runtime.session import Session, Settings
 from omnidraft.speculative.generator import GenerationParams
 from omnidraft.speculative.stats import GenerationStats
@@ -66,6 +67,9 @@ class RunSettings:
         "help": "layers of the target and the drafter (and the peer's model) offloaded to a GPU build (-1 = all)"})
     kernels: str = field(default=AUTO, metadata={
         "help": "target kernel mode (auto: the fastest one allowed to verify; see README)", "choices": KERNEL_CHOICES})
+    wide: str = field(default="auto", metadata={
+        "help": "auto|on|off: a registry target from its exact ':wide' copy, as generate and serve (off: the "
+                "pinned file, e.g. for a --peer run on another build)", "choices": WIDE_CHOICES})
     verify_batch: int = field(default=0, metadata={
         "help": "largest verification batch, instead of the kernel plan's (0: the plan's). Past the rows measured "
                 "bit-identical, output may differ from the target alone at near-ties: the same-output column says"})
@@ -200,7 +204,7 @@ def _cmd_run(cfg: RunSettings) -> int:
     for target in _csv(preset["targets"]):
         session = Session(Settings(target=target, draft=draft, threads=cfg.threads, n_ctx=4096,
                                    draft_n_ctx=4096, method="omnidraft", kernels=cfg.kernels,
-                                   gpu_layers=cfg.gpu_layers, draft_threads=cfg.draft_threads))
+                                   gpu_layers=cfg.gpu_layers, draft_threads=cfg.draft_threads, wide=cfg.wide))
         if cfg.verify_batch:  # past the plan: speed measured, exactness reported, not promised
             session.max_verify_batch = cfg.verify_batch
         same = preset.get("same_vocab") if "same-vocab" in methods and target != preset.get("same_vocab") else None

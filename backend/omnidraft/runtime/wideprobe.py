@@ -12,6 +12,7 @@ Both files hold the same values, so the choice changes speed only, never a token
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
 from pathlib import Path
@@ -53,6 +54,28 @@ def verdict_key(settings: Settings, pinned: Path) -> str:
     st = pinned.stat()
     return "|".join((platform.node(), cpu["name"], cpu["family"], cpu["model"], " ".join(cpu["flags"]),
                      llama_build.build_id(), f"{pinned.name}:{st.st_size}", str(settings.threads), settings.kernels))
+
+
+def describe(state_root: Path) -> list[str]:
+    """One line per verdict kept for this machine and build (``omnidraft doctor``): the file, the setting, the
+    choice and its timings."""
+    try:
+        table = json.loads((state_root / VERDICTS).read_text())
+    except (OSError, ValueError):
+        return []
+    lines = []
+    for key, v in table.items() if isinstance(table, dict) else ():
+        parts = key.split("|")
+        if parts[0] != platform.node() or len(parts) < 9 or parts[5] != llama_build.build_id():
+            continue
+        try:
+            p, w = v["t_ms"]["pinned"], v["t_ms"]["wide"]
+            n = max(p, key=int)
+            lines.append(f"{parts[6].split(':')[0]} (threads {parts[7]}, kernels {parts[8]}): the {v['choice']} file "
+                         f"(T(1) pinned {p['1']} / wide {w['1']} ms, T({n}) {p[n]} / {w[n]} ms)")
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return lines
 
 
 def _load(settings: Settings, path: Path, state_root: Path) -> tuple[Engine, VerifyPlan]:
