@@ -59,7 +59,7 @@ class FakeEngine:
 
 @pytest.fixture
 def probe(monkeypatch, tmp_path):
-    """wideprobe.load with files in tmp_path, loads recorded, and timings given by the test."""
+    """wideprobe.measured with files in tmp_path, loads recorded, and timings given by the test."""
     pinned, wide = tmp_path / "pinned.gguf", tmp_path / "wide.gguf"
     pinned.write_bytes(b"p")
     made, loads, timed = [], [], []
@@ -77,7 +77,7 @@ def probe(monkeypatch, tmp_path):
 
     state = {"times": {"pinned": {1: 0.0104, 4: 0.0179}, "wide": {1: 0.0093, 4: 0.0130}}}
 
-    def time_them(engines, sizes):
+    def time_them(engines, max_n):
         timed.append(sorted(engines))
         return state["times"]
 
@@ -92,20 +92,20 @@ def probe(monkeypatch, tmp_path):
 
 
 def test_the_faster_file_serves_and_the_verdict_is_kept(probe):
-    engine, plan = wideprobe.load(probe["settings"], probe["root"])
+    engine, plan = wideprobe.measured(probe["settings"], probe["root"])
     assert engine.path == probe["wide"] and not engine.closed and plan is PLAN
     assert probe["timed"] == [["pinned", "wide"]] and probe["loads"] == [probe["pinned"], probe["wide"]]
     kept = statefile.read(probe["root"] / wideprobe.VERDICTS, "this machine")
     assert kept == {"choice": "wide", "t_ms": {"pinned": {"1": 10.4, "4": 17.9}, "wide": {"1": 9.3, "4": 13.0}}}
     # the next start reads the verdict: one load, nothing timed
     probe["loads"].clear()
-    engine, _ = wideprobe.load(probe["settings"], probe["root"])
+    engine, _ = wideprobe.measured(probe["settings"], probe["root"])
     assert engine.path == probe["wide"] and probe["loads"] == [probe["wide"]] and len(probe["timed"]) == 1
 
 
 def test_a_slower_wide_copy_is_closed_and_removed_if_the_probe_made_it(probe):
     probe["times"] = {"pinned": {1: 0.0100, 4: 0.0130}, "wide": {1: 0.0110, 4: 0.0135}}
-    engine, _ = wideprobe.load(probe["settings"], probe["root"])
+    engine, _ = wideprobe.measured(probe["settings"], probe["root"])
     assert engine.path == probe["pinned"] and probe["made"] == [probe["wide"]]
     assert not probe["wide"].exists() and not (probe["wide"].parent / "wide.gguf.from").exists()
     assert statefile.read(probe["root"] / wideprobe.VERDICTS, "this machine")["choice"] == "pinned"
@@ -114,7 +114,7 @@ def test_a_slower_wide_copy_is_closed_and_removed_if_the_probe_made_it(probe):
 def test_a_wide_copy_the_user_had_is_kept_when_the_pinned_file_wins(probe):
     probe["wide"].write_bytes(b"w")
     probe["times"] = {"pinned": {1: 0.0100, 4: 0.0130}, "wide": {1: 0.0110, 4: 0.0140}}
-    engine, _ = wideprobe.load(probe["settings"], probe["root"])
+    engine, _ = wideprobe.measured(probe["settings"], probe["root"])
     assert engine.path == probe["pinned"] and probe["wide"].is_file() and probe["made"] == []
 
 
@@ -125,7 +125,7 @@ def test_a_wide_copy_that_cannot_be_made_leaves_the_pinned_file_serving(probe, m
         return probe["pinned"]
 
     monkeypatch.setattr(models, "resolve", full_disk)
-    engine, _ = wideprobe.load(probe["settings"], probe["root"])
+    engine, _ = wideprobe.measured(probe["settings"], probe["root"])
     assert engine.path == probe["pinned"] and probe["timed"] == []
     assert statefile.read(probe["root"] / wideprobe.VERDICTS, "this machine") is None  # asked again next start
 
@@ -141,7 +141,7 @@ def test_the_real_pair_runs_the_file_its_probe_timed_faster(tmp_path, monkeypatc
     # what this machine measured already (each file's kernel modes) spares 20 s; the verdict is this test's subject
     root = seed_state(tmp_path / "state")
     (root / wideprobe.VERDICTS).unlink(missing_ok=True)
-    engine, plan = wideprobe.load(settings, root)
+    engine, plan = wideprobe.measured(settings, root)
     try:
         (verdict,) = json.loads((root / wideprobe.VERDICTS).read_text()).values()
         want = models.derived_path(models.QWEN_05B, models.WIDE) if verdict["choice"] == "wide" \
@@ -151,7 +151,7 @@ def test_the_real_pair_runs_the_file_its_probe_timed_faster(tmp_path, monkeypatc
     finally:
         engine.close()
     monkeypatch.setattr(wideprobe, "_time", lambda *a: pytest.fail("timed again"))
-    again, _ = wideprobe.load(settings, root)
+    again, _ = wideprobe.measured(settings, root)
     assert again.path == engine.path
     again.close()
 

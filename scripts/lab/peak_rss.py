@@ -55,7 +55,6 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     from omnidraft.assets import models
-    from omnidraft import statefile
     from omnidraft.runtime import formats, wideprobe
     from omnidraft.runtime.settings import Settings
 
@@ -64,9 +63,7 @@ def main() -> None:
     for target in args.targets.split(","):
         path = str(formats.target_file(target))  # what generate loads (a registry name: maybe its wide copy)
         if formats.measures_wide(target):  # or the file this machine's timing chose (runtime.wideprobe)
-            key = wideprobe.verdict_key(Settings(target=target), models.resolve(target))
-            if (statefile.read(models.cache_dir() / "state" / wideprobe.VERDICTS, key) or {}).get("choice") == "wide":
-                path = str(models.resolve(f"{target}:{models.WIDE}"))
+            path = str(wideprobe.kept_file(Settings(target=target), models.cache_dir() / "state") or path)
         draft = str(models.resolve(Settings().draft))
         files_mb = (os.path.getsize(path) + os.path.getsize(draft)) / 2**20
         ctx = ["--n-ctx", str(args.n_ctx), "--draft-n-ctx", str(args.n_ctx)]

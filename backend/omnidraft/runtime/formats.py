@@ -68,12 +68,16 @@ def wide_pays(flags: Iterable[str]) -> bool:
     return "avx2" in flags and not flags & {"avx_vnni", "avx512_vnni"}
 
 
+def _registry(name_or_path: str) -> bool:
+    """A registry model's name, not a file of the user's (a path always means that file)."""
+    return str(name_or_path).lower() in models.REGISTRY and not Path(name_or_path).expanduser().is_file()
+
+
 def measures_wide(name_or_path: str, wide: str = "auto", gpu_layers: int = 0,
                   flags: Iterable[str] | None = None) -> bool:
     """Whether ``auto`` must time the pinned file against its wide copy (``runtime.wideprobe``): a mostly-Q5_0
     registry target on the CPU, where no rule (:func:`wide_pays`) decides."""
-    name = str(name_or_path).lower()
-    if wide != "auto" or gpu_layers or name not in MOSTLY_Q5_0 or Path(name_or_path).expanduser().is_file():
+    if wide != "auto" or gpu_layers or not _registry(name_or_path) or str(name_or_path).lower() not in MOSTLY_Q5_0:
         return False
     return not wide_pays(cpuid.cpu_identity()["flags"] if flags is None else flags)
 
@@ -89,7 +93,7 @@ def target_file(name_or_path: str, wide: str = "auto", flags: Iterable[str] | No
     registry target where :func:`wide_pays` on this CPU; ``on`` takes it for any registry name; ``off`` never."""
     check_wide(wide)
     name = str(name_or_path).lower()
-    registry = name in models.REGISTRY and not Path(name_or_path).expanduser().is_file()
+    registry = _registry(name_or_path)
     if wide == "on" and not registry:
         raise BadRequest(f"--wide on takes a registry model name, not {name_or_path!s}; for a file of your own, "
                          f"`omnidraft-gguf widen IN OUT` makes the copy")

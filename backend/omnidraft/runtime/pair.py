@@ -7,14 +7,14 @@ import logging
 from typing import Callable, Protocol
 
 from omnidraft.assets import models
-from omnidraft.llama import invariance, loadcheck
+from omnidraft.llama import loadcheck
 from omnidraft.llama.engine import Engine, EngineConfig
 from omnidraft.online.registry import VersionCorrupt
 from omnidraft.speculative.methods import PairContext
 from omnidraft.vocab.bridge import build_bridge
 from omnidraft.vocab.ngram_cache import NGramCache
 
-from . import formats, heads, wideprobe
+from . import heads, wideprobe
 from .settings import Settings
 from .state import StateDir
 
@@ -34,13 +34,8 @@ class LoadedPair:
 
     def __init__(self, settings: Settings, state: StateDir):
         self.settings, self.state = settings, state
-        if formats.measures_wide(settings.target, settings.wide, settings.gpu_layers):  # timed once per machine
-            self.target, self.plan = wideprobe.load(settings, state.root)
-        else:
-            target = formats.target_file(settings.target, settings.wide)  # a registry name: maybe its wide copy
-            self.target, self.plan = invariance.load_target(target, settings.n_ctx,
-                                                            settings.threads, settings.kernels,
-                                                            state.root / "invariance.json", settings.gpu_layers)
+        # a registry name may run from its exact wide copy (timed once per machine where no rule decides)
+        self.target, self.plan = wideprobe.load(settings, state.root)
         self.max_verify_batch = self.plan.max_batch
         self.draft: Engine | None = None
         self.pair: PairContext | None = None

@@ -27,6 +27,7 @@ from omnidraft.llama.costmodel import sample_passes
 from omnidraft.llama.engine import Engine
 from omnidraft.llama.invariance import VerifyPlan
 
+from . import formats
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,25 @@ def prefers_wide(times: dict[str, dict[int, float]]) -> bool:
     return wide > pinned
 
 
+def _machine() -> str:
+    """The part of a verdict's key that names this machine and its llama.cpp build."""
+    cpu = cpuid.cpu_identity()
+    return "|".join((platform.node(), cpu["name"], cpu["family"], cpu["model"], " ".join(cpu["flags"]),
+                     llama_build.build_id()))
+
+
 def verdict_key(settings: Settings, pinned: Path) -> str:
     """What the verdict depends on: the machine, the llama.cpp build, the pinned file, threads and kernels."""
-    cpu = cpuid.cpu_identity()
-    st = pinned.stat()
-    return "|".join((platform.node(), cpu["name"], cpu["family"], cpu["model"], " ".join(cpu["flags"]),
-                     llama_build.build_id(), f"{pinned.name}:{st.st_size}", str(settings.threads), settings.kernels))
+    return "|".join((_machine(), f"{pinned.name}:{pinned.stat().st_size}", str(settings.threads), settings.kernels))
+
+
+def kept_file(settings: Settings, state_root: Path) -> Path | None:
+    """The file this machine's kept verdict names for ``settings.target`` (None: not timed here yet)."""
+    pinned = models.resolve(settings.target)
+    known = statefile.read(state_root / VERDICTS, verdict_key(settings, pinned)) or {}
+    if known.get("choice") == "pinned":
+        return pinned
+    return models.resolve(f"{settings.target}:{models.WIDE}") if known.get("choice") == "wide" else None
 
 
 def describe(state_root: Path) -> list[str]:
@@ -63,17 +77,17 @@ def describe(state_root: Path) -> list[str]:
         table = json.loads((state_root / VERDICTS).read_text())
     except (OSError, ValueError):
         return []
-    lines = []
+    here, lines = _machine() + "|", []
     for key, v in table.items() if isinstance(table, dict) else ():
-        parts = key.split("|")
-        if parts[0] != platform.node() or len(parts) < 9 or parts[5] != llama_build.build_id():
+        if not key.startswith(here):
             continue
         try:
+            file, threads, kernels = key[len(here):].split("|")
             p, w = v["t_ms"]["pinned"], v["t_ms"]["wide"]
             n = max(p, key=int)
-            lines.append(f"{parts[6].split(':')[0]} (threads {parts[7]}, kernels {parts[8]}): the {v['choice']} file "
+            lines.append(f"{file.rsplit(':', 1)[0]} (threads {threads}, kernels {kernels}): the {v['choice']} file "
                          f"(T(1) pinned {p['1']} / wide {w['1']} ms, T({n}) {p[n]} / {w[n]} ms)")
-        except (KeyError, IndexError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError):
             continue
     return lines
 
@@ -83,28 +97,32 @@ def _load(settings: Settings, path: Path, state_root: Path) -> tuple[Engine, Ver
                                   state_root / "invariance.json", settings.gpu_layers)
 
 
-def _time(engines: dict[str, Engine], sizes: tuple[int, ...]) -> dict[str, dict[int, float]]:
-    """Median seconds of each size's pass, the files taking turns first round by round."""
-    samples: dict[str, dict[int, list[float]]] = {w: {n: [] for n in sizes} for w in engines}
+def _time(engines: dict[str, Engine], max_n: int) -> dict[str, dict[int, float]]:
+    """Median seconds of a pass over 1..max_n rows, per file, the files taking turns first round by round."""
+    samples: dict[str, dict[int, list[float]]] = {w: {n: [] for n in range(1, max_n + 1)} for w in engines}
     order = list(engines)
     for r in range(ROUNDS):
         for which in (order if r % 2 == 0 else order[::-1]):
-            for n, ts in sample_passes(engines[which], range(1, max(sizes) + 1), 3).items():
-                if n in sizes:
-                    samples[which][n].extend(ts)
+            for n, ts in sample_passes(engines[which], range(1, max_n + 1), 3).items():
+                samples[which][n].extend(ts)
     return {w: {n: median(v) for n, v in s.items()} for w, s in samples.items()}
 
 
 def load(settings: Settings, state_root: Path) -> tuple[Engine, VerifyPlan]:
+    """The session's target: the file ``formats.target_file`` names, or where no rule decides between a
+    mostly-Q5_0 target's pinned file and its wide copy, the one this machine's timing chose (:func:`measured`)."""
+    if formats.measures_wide(settings.target, settings.wide, settings.gpu_layers):
+        return measured(settings, state_root)
+    return _load(settings, formats.target_file(settings.target, settings.wide), state_root)
+
+
+def measured(settings: Settings, state_root: Path) -> tuple[Engine, VerifyPlan]:
     """The target, from its pinned file or its wide copy, whichever this machine's verdict names; measured and
     remembered on first use. A pinned verdict removes a wide copy that this measurement made."""
+    if (chosen := kept_file(settings, state_root)) is not None:
+        return _load(settings, chosen, state_root)
     name = settings.target
     pinned = models.resolve(name)
-    path, key = state_root / VERDICTS, verdict_key(settings, pinned)
-    known = statefile.read(path, key)
-    if known and known.get("choice") in ("pinned", "wide"):
-        chosen = pinned if known["choice"] == "pinned" else models.resolve(f"{name}:{models.WIDE}")
-        return _load(settings, chosen, state_root)
     made = not models.derived_path(name, models.WIDE).is_file()
     log.info("%s: timing its pinned file against its exact wide copy (Q5_0 blocks as Q8_0) once on this CPU, "
              "to run the faster; --wide on|off skips this", name)
@@ -117,15 +135,15 @@ def load(settings: Settings, state_root: Path) -> tuple[Engine, VerifyPlan]:
     try:
         for which, f in (("pinned", pinned), ("wide", wide)):
             loaded[which] = _load(settings, f, state_root)
-        sizes = tuple(range(1, min(4, *(plan.max_batch for _, plan in loaded.values())) + 1))
-        times = _time({w: e for w, (e, _) in loaded.items()}, sizes)
+        times = _time({w: e for w, (e, _) in loaded.items()}, min(4, *(plan.max_batch for _, plan in loaded.values())))
         choice = "wide" if prefers_wide(times) else "pinned"
         keep = loaded.pop(choice)
     finally:
         for engine, _ in loaded.values():
             engine.close()
     ms = {w: {n: round(1e3 * t, 2) for n, t in v.items()} for w, v in times.items()}
-    statefile.write(path, key, {"choice": choice, "t_ms": ms})
+    path = state_root / VERDICTS
+    statefile.write(path, verdict_key(settings, pinned), {"choice": choice, "t_ms": ms})
     log.info("%s: the %s file serves faster here (T(n) ms: pinned %s, wide %s); remembered in %s", name, choice,
              ms["pinned"], ms["wide"], path)
     if choice == "pinned" and made:  # 1.4x the pinned file's disk, for nothing on this machine
