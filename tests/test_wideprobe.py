@@ -10,6 +10,7 @@ import pytest
 
 from omnidraft import statefile
 from omnidraft.assets import models
+from omnidraft.llama import cpuid, hostmem
 from omnidraft.runtime import formats, wideprobe
 from omnidraft.runtime.settings import Settings
 
@@ -169,3 +170,53 @@ def test_doctor_names_the_verdicts_kept_for_this_machine_and_build(tmp_path):
         "11.34 ms, T(4) 17.59 / 13.19 ms)"]
     (tmp_path / wideprobe.VERDICTS).write_text("{not json")
     assert wideprobe.describe(tmp_path) == []
+
+
+def test_the_hosts_free_memory_is_read_where_the_kernel_says():
+    text = "MemTotal:       24683724 kB\nMemFree:        20216236 kB\nMemAvailable:   23619884 kB\n"
+    assert hostmem.available_bytes(text) == 23619884 * 1024
+    assert hostmem.available_bytes("MemTotal: 1 kB\n") is None  # a kernel before 3.14: go on as if it fits
+    assert hostmem.available_bytes() is None or hostmem.available_bytes() > 0
+
+
+def _free(monkeypatch, mb):
+    monkeypatch.setattr(hostmem, "available_bytes", lambda meminfo=None: mb << 20)
+
+
+def test_a_host_short_of_memory_serves_the_pinned_file_untimed_and_asks_again(probe, monkeypatch):
+    """Timing holds both files' engines at once: 2 x (file, 96 MB, 48 MB of cache at 4k context) here, so 250 MB
+    free is short and nothing is copied, loaded twice or remembered; with the memory back, the next start times."""
+    probe["pinned"].write_bytes(b"p" * (3 << 20))
+    _free(monkeypatch, 250)
+    engine, _ = wideprobe.measured(probe["settings"], probe["root"])
+    assert engine.path == probe["pinned"] and probe["loads"] == [probe["pinned"]]
+    assert probe["timed"] == [] and probe["made"] == [] and not probe["wide"].exists()
+    assert statefile.read(probe["root"] / wideprobe.VERDICTS, "this machine") is None
+    _free(monkeypatch, 400)
+    engine, _ = wideprobe.measured(probe["settings"], probe["root"])
+    assert engine.path == probe["wide"] and probe["timed"] == [["pinned", "wide"]]
+
+
+def test_a_kept_wide_verdict_yields_to_the_pinned_file_where_the_copy_does_not_fit_now(probe, monkeypatch):
+    wideprobe.measured(probe["settings"], probe["root"])  # times: the wide copy wins and is remembered
+    probe["loads"].clear()
+    probe["wide"].write_bytes(b"w" * (100 << 20))
+    _free(monkeypatch, 200)  # the copy alone needs 100 + 96 + 48 MB
+    engine, _ = wideprobe.measured(probe["settings"], probe["root"])
+    assert engine.path == probe["pinned"] and probe["loads"] == [probe["pinned"]] and len(probe["timed"]) == 1
+    assert statefile.read(probe["root"] / wideprobe.VERDICTS, "this machine")["choice"] == "wide"  # kept
+
+
+def test_the_rules_wide_copy_also_yields_where_it_does_not_fit(monkeypatch, tmp_path):
+    """On an AVX2 CPU without VNNI the rule names the wide copy untimed; a host short of memory runs the pinned."""
+    pinned, wide, loads = tmp_path / "pinned.gguf", tmp_path / "wide.gguf", []
+    pinned.write_bytes(b"p"), wide.write_bytes(b"w" * (100 << 20))
+    monkeypatch.setattr(cpuid, "cpu_identity", lambda cpuinfo=None: {"flags": list(ZEN3)})
+    monkeypatch.setattr(models, "resolve", lambda name, fetch=True: wide if str(name).endswith(":wide") else pinned)
+    monkeypatch.setattr(wideprobe, "_load", lambda settings, path, root: loads.append(path) or (FakeEngine(path), PLAN))
+    settings = Settings(target=models.QWEN_05B)
+    wideprobe.load(settings, tmp_path)
+    _free(monkeypatch, 200)
+    wideprobe.load(settings, tmp_path)
+    wideprobe.load(Settings(target=models.QWEN_05B, wide="on"), tmp_path)  # asked for: served as asked
+    assert loads == [wide, pinned, wide]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from omnidraft.llama import buildprobe, build as llama_build, cpuid
+from omnidraft.llama import buildprobe, build as llama_build, cpuid, hostmem
 from omnidraft.llama.engine import flash_attn_default
 from omnidraft.assets import models
 from omnidraft.runtime import formats, wideprobe
@@ -23,17 +23,6 @@ from omnidraft.runtime import formats, wideprobe
 _ISA = {"avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx_vnni": "avx_vnni", "avx512f": "avx512",
         "avx512vbmi": "avx512_vbmi", "avx512_vnni": "avx512_vnni", "avx512_bf16": "avx512_bf16",
         "amx_int8": "amx_int8"}
-
-
-def _meminfo_gib() -> float | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        return None
-    return None
 
 
 def cpu_name() -> str:
@@ -152,7 +141,9 @@ def _cxx_runtime() -> str:
 
 
 def machine_section() -> list[str]:
-    mem = _meminfo_gib()
+    total, free = hostmem.total_bytes(), hostmem.available_bytes()
+    mem = "unknown" if total is None else f"{total / 2**30:.1f} GiB" + (
+        f", {free / 2**30:.1f} GiB available now" if free is not None else "")
     return [f"C++ runtime: {_cxx_runtime()}" + (f" (LD_PRELOAD={os.environ['LD_PRELOAD']})"
                                                 if os.environ.get("LD_PRELOAD") else ""),
             f"CPU: {cpu_name()}, {os.cpu_count()} cores, {platform.machine()}",
@@ -161,7 +152,7 @@ def machine_section() -> list[str]:
              if formats.wide_pays(cpuid.cpu_identity()["flags"])
              else "the pinned file or its exact ':wide' copy, whichever decodes faster here (timed at first start)"),
             *(f"speed format on offer: {formats.speed_offer(name)}" for name in formats.SPEED_FORMATS),
-            f"memory: {mem:.1f} GiB" if mem else "memory: unknown",
+            f"memory: {mem}",
             f"OS: {platform.platform()}; Python {platform.python_version()} ({sys.executable})"]
 
 

@@ -8,6 +8,10 @@ Zen 4's decode is bound by memory, which the wide file's 1.55x bytes of Q5_0 ten
 times both files once per machine, build and setting, interleaved so that the VM's drift lands on both, scores
 them as the kernel modes are scored, runs the better and remembers the verdict (``formats.json`` in the state dir).
 Both files hold the same values, so the choice changes speed only, never a token.
+
+The copy is 1.3x the file, and timing holds both at once. Where the host lacks the memory for that now (a phone
+beside its other apps), ``auto`` serves the pinned file, says so and asks again at the next start; the same holds
+for serving a copy that a verdict or a rule names.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from types import SimpleNamespace
 from omnidraft import statefile
 from omnidraft.assets import models
 from omnidraft.llama import build as llama_build
-from omnidraft.llama import cpuid, invariance
+from omnidraft.llama import cpuid, hostmem, invariance
 from omnidraft.llama.costmodel import sample_passes
 from omnidraft.llama.engine import Engine
 from omnidraft.llama.invariance import VerifyPlan
@@ -34,6 +38,9 @@ log = logging.getLogger(__name__)
 
 VERDICTS = "formats.json"
 ROUNDS = 4  # interleaved timing rounds (each: 3 passes of each size 1..4 per file)
+# One loaded engine's memory beside its weights and KV cache (compute buffers, logits): the probe's two 0.5B engines
+# peaked at 1,365 MB for 1,128 MB of files and 2 x 25 MB of cache at 2k context, 60 MB of it the process before.
+ENGINE_BYTES = 96 << 20
 
 
 def prefers_wide(times: dict[str, dict[int, float]]) -> bool:
@@ -92,6 +99,38 @@ def describe(state_root: Path) -> list[str]:
     return lines
 
 
+def shortfall(settings: Settings, file_bytes: list[int]) -> str:
+    """'' where this host has the memory to load an engine per file now (or cannot say); else a line naming the
+    free and the needed megabytes.  Each engine: its file, ``ENGINE_BYTES`` and its KV cache at ``settings.n_ctx``."""
+    free = hostmem.available_bytes()
+    per_token = formats.MOSTLY_Q5_0[settings.target.lower()].kv_bytes_per_token
+    need = sum(file_bytes) + len(file_bytes) * (ENGINE_BYTES + settings.n_ctx * per_token)
+    return "" if free is None or free >= need else f"{free / 1e6:,.0f} MB free, {need / 1e6:,.0f} MB needed"
+
+
+def _fitting(settings: Settings, chosen: Path, pinned: Path) -> Path:
+    """The file a kept verdict names, or the pinned one where this host lacks the memory for the wide copy now."""
+    if chosen == pinned or not (short := shortfall(settings, [chosen.stat().st_size])):
+        return chosen
+    log.warning("%s: its wide copy serves faster here, but this host has %s for it now; running the pinned file "
+                "(the same tokens, %.0f MB smaller)", settings.target, short,
+                (chosen.stat().st_size - pinned.stat().st_size) / 1e6)
+    return pinned
+
+
+def _room_to_time(settings: Settings, pinned: Path, made: bool) -> bool:
+    """Whether this host can hold both files' engines at once now, as the timing does (the copy's size estimated
+    where it is not made yet); a warning where not: the pinned file serves and the next start asks again."""
+    wide = models.derived_path(settings.target, models.WIDE)
+    wide_bytes = int(pinned.stat().st_size * formats.MOSTLY_Q5_0[settings.target.lower()].growth) if made \
+        else wide.stat().st_size
+    if short := shortfall(settings, [pinned.stat().st_size, wide_bytes]):
+        log.warning("%s: not timing its wide copy against the pinned file, which holds both at once (%s); running "
+                    "the pinned file, and the next start asks again (--wide off stops asking, --wide on runs the "
+                    "copy)", settings.target, short)
+    return not short
+
+
 def _load(settings: Settings, path: Path, state_root: Path) -> tuple[Engine, VerifyPlan]:
     return invariance.load_target(path, settings.n_ctx, settings.threads, settings.kernels,
                                   state_root / "invariance.json", settings.gpu_layers)
@@ -113,17 +152,22 @@ def load(settings: Settings, state_root: Path) -> tuple[Engine, VerifyPlan]:
     mostly-Q5_0 target's pinned file and its wide copy, the one this machine's timing chose (:func:`measured`)."""
     if formats.measures_wide(settings.target, settings.wide, settings.gpu_layers):
         return measured(settings, state_root)
-    return _load(settings, formats.target_file(settings.target, settings.wide), state_root)
+    path = formats.target_file(settings.target, settings.wide)
+    if settings.wide == "auto" and str(settings.target).lower() in formats.MOSTLY_Q5_0 and not settings.gpu_layers:
+        path = _fitting(settings, path, models.resolve(settings.target))  # the rule's copy, where it fits
+    return _load(settings, path, state_root)
 
 
 def measured(settings: Settings, state_root: Path) -> tuple[Engine, VerifyPlan]:
     """The target, from its pinned file or its wide copy, whichever this machine's verdict names; measured and
     remembered on first use. A pinned verdict removes a wide copy that this measurement made."""
-    if (chosen := kept_file(settings, state_root)) is not None:
-        return _load(settings, chosen, state_root)
     name = settings.target
     pinned = models.resolve(name)
+    if (chosen := kept_file(settings, state_root)) is not None:
+        return _load(settings, _fitting(settings, chosen, pinned), state_root)
     made = not models.derived_path(name, models.WIDE).is_file()
+    if not _room_to_time(settings, pinned, made):
+        return _load(settings, pinned, state_root)
     log.info("%s: timing its pinned file against its exact wide copy (Q5_0 blocks as Q8_0) once on this CPU, "
              "to run the faster; --wide on|off skips this", name)
     try:
