@@ -21,7 +21,8 @@
 #                                                    PACK=unseen-1.5b: code-long-mb4-1.5b | chat-long-mb4-1.5b;
 #                                                    parts 2 and 3: repo | language | drift, and with
 #                                                    LoRA, 4 a step, the cache: repo-mb4 | language-mb4 |
-#                                                    drift-mb4; chat to 1,500: chat-xl-mb4; the target
+#                                                    drift-mb4; to 512 without the cache's repeat:
+#                                                    repo-512 | language-512; chat to 1,500: chat-xl-mb4; the target
 #                                                    switch, packed with PACK=drift-target: drift-target-mb4)
 #          run(command="bash scripts/device/adapt_device.sh speed")  (optional, once the parts are in) the trainer's
 #                                                    update alone on the GPU, HEAD's against this tree's (.devadapt/speed:
@@ -124,6 +125,7 @@ OUT="${OUT:-/tmp/device-out}"
 TARGET_FILE=qwen2.5-coder-0.5b-instruct-q4_0_pure.gguf DRAFT_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 TARGET2_FILE=qwen2.5-coder-1.5b-instruct-q4_0_pure.gguf  # drift-target-mb4's second target (packed with PACK=drift-target)
 TARGET15_FILE=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf  # the file users download: the *-1.5b runs' target (PACK=unseen-1.5b)
+EVERY64=64,128,192,256,320,384,448,512  # repo-512, language-512
 SHIPPED=smollm2-135m-d8-qwen.gguf  # the bundled drafter: parts 2 and 3 start from it (it travels in the parts,
                                    # since device_tree.sh light keeps it out of the tree)
 SETS="stdlib-code stdlib-code-long humaneval chat-long chat-xl chat javascript npm-cli-long nl-fr-long"
@@ -230,6 +232,11 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     # n-gram cache (--eval-with-cache: the issue's recovery "with and without the n-gram cache"); INTERVAL=16
     repo-mb4) echo "$(run_flags repo) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
     language-mb4) echo "$(run_flags language) --interval 16 --micro-batch 4 --lr 2e-3 --eval-with-cache" ;;
+    # goal 2 to its 512 requests with that update (the fifteenth session's LoRA runs stopped at 256, still rising),
+    # a point every 64; from an empty cache only, which gives the cache's figures to the token (results/issue43/
+    # device-drift: the translator keeps the target's canonical tokens)
+    repo-512) echo "$(run_flags repo) --interval 16 --micro-batch 4 --lr 2e-3 --checkpoints $EVERY64" ;;
+    language-512) echo "$(run_flags language) --interval 16 --micro-batch 4 --lr 2e-3 --checkpoints $EVERY64" ;;
     # chat past 1,000 requests (the twentieth session's line reached +25 % tau at ~1,500): 2,000 distinct prompts.
     # Until a later fix on 2026-12-05 a checkpoint was measured only where an update falls (a multiple of --interval)
     # or at the end: 1,000 and 1,250 were skipped silently (results/issue43/device-xl), hence 992 and 1,248 (now a

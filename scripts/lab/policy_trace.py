@@ -33,6 +33,9 @@ def main() -> None:
     ap.add_argument("--set", default="humaneval", help="held-out prompt set")
     ap.add_argument("--steps", action="store_true", help="print every drafting step's policy state")
     ap.add_argument("--all", action="store_true", help="with --steps: every step's, with its predicted speedups")
+    ap.add_argument("--n", type=int, default=6, help="requests, cycling the set's held-out prompts")
+    ap.add_argument("--temperature", type=float, default=0.0, help="sampled requests at this temperature")
+    ap.add_argument("--seed", type=int, default=0, help="with --temperature: request i's seed is seed + i")
     args = ap.parse_args()
     session = Session(Settings(target=args.target, draft=args.draft, method="omnidraft"))
     ctx = runner.BenchContext(session)
@@ -48,7 +51,8 @@ def main() -> None:
             log.append(dict(step=pol.steps, k=k, probe=pol._probing, acc=[round(a, 2) for a in pol.acc[:3]],
                             acc_long=[round(a, 2) for a in pol.acc_long[:2]], credit_ms=round(pol.credit * 1e3, 1),
                             lag=pol.lag, predicted=speeds, guard_alone=pol.guard.stats.alone_steps,
-                            guard_blocked=pol.guard.stats.blocked_steps))
+                            guard_blocked=pol.guard.stats.blocked_steps, guard_ratio=pol.guard.stats.last_ratio,
+                            guard_rates=pol.guard.stats.last_rates, spells=pol.guard.stats.spells))
         return k
     pol.choose_k = traced
     real_begin = pol.begin_request
@@ -63,15 +67,18 @@ def main() -> None:
         return read
     pol.begin_request = begin
     by_rows: dict[int, list[float]] = collections.defaultdict(list)
-    for item in snapshot.load_set(args.set).split("heldout")[:6]:
+    items = snapshot.load_set(args.set).split("heldout")
+    for i in range(args.n):
+        item = items[i % len(items)]
         prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
             else gen.prompt_from_text(item.prompt)
-        n0, final = len(log), gen.generate(prompt, GenerationParams(max_tokens=64))
+        params = GenerationParams(max_tokens=64, temperature=args.temperature, seed=args.seed + i)
+        n0, final = len(log), gen.generate(prompt, params)
         drafted = [s.accepted for s in final.steps if s.proposed]
         n_probes = sum(r["probe"] for r in log[n0:] if r["k"])
         for s in final.steps:
             by_rows[s.proposed + 1].append(s.target_s)
-        print(f"prompt of {len(prompt.target_ids)} tokens: {len(drafted)} drafting steps kept {sum(drafted)}, "
+        print(f"request {i}: prompt of {len(prompt.target_ids)} tokens: {len(drafted)} drafting steps kept {sum(drafted)}, "
               f"{n_probes} probes; T(1..3) "
               f"{[round(x * 1e3, 1) for x in pol.t_verify[1:4]]} ms, drafter {pol.t_draft * 1e3:.2f} ms a token")
     if args.steps:
