@@ -17,6 +17,7 @@ from omnidraft.apps.adapt import AdaptConfig, run  # noqa: E402
 from omnidraft.llama.costmodel import CostModel  # noqa: E402
 from omnidraft.online.rates import MIN_DRAFTED  # noqa: E402
 from omnidraft.runtime.session import Settings  # noqa: E402
+from omnidraft.speculative.generator import Generator  # noqa: E402
 
 from tests.gguf_helpers import tiny_gguf  # noqa: E402
 
@@ -42,7 +43,7 @@ def adapt_run(tmp_path_factory):
                         n_ctx=1024, draft_n_ctx=1024, state_dir=str(root / "state"))  # the CLI's adapt default
     mp = pytest.MonkeyPatch()
     mp.setattr(costmodel, "measure", never_draft)  # what Session.measure_costs seeds the stream's policy with
-    mp.setattr("omnidraft.apps.adapt.prompt_input", lambda gen, item: gen.prompt_from_text(item[0]))  # no chat template
+    mp.setattr(Generator, "prompt_for", lambda gen, text, chat: gen.prompt_from_text(text))  # no chat template
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):

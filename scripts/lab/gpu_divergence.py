@@ -92,11 +92,9 @@ def main(target: str, snapshot: str, out: str, gpu_layers: int = -1, n: int = 4,
     params = GenerationParams(max_tokens=tokens)
     report = {"target": target, "plan": s.plan.as_dict(), "prompts": []}
     for item in load_snapshot(snapshot).items[:n]:
-        make = (lambda g: g.prompt_from_messages([{"role": "user", "content": item.prompt}])) if item.chat \
-            else (lambda g: g.prompt_from_text(item.prompt))
-        p = make(alone)
+        p = alone.prompt_for(item.prompt, item.chat)
         a1, a2 = alone.generate(p, params).token_ids, alone.generate(p, params).token_ids
-        sp = spec.generate(make(spec), params).token_ids
+        sp = spec.generate(spec.prompt_for(item.prompt, item.chat), params).token_ids
         d = first_diff(a1, sp)
         row = {"id": item.id, "prompt_tokens": len(p.target_ids), "alone_repeatable": a1 == a2,
                "alone_parts_at": first_diff(a1, a2), "spec_parts_at": d}

@@ -16,7 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-from omnidraft.apps.adapt_items import prompt_input
 from omnidraft.assets.snapshot import load_set
 from omnidraft.bench import runner
 from omnidraft.runtime.session import Session, Settings
@@ -80,7 +79,7 @@ def main() -> None:
                 names = list(gens)
                 for name in names[i % 3:] + names[: i % 3]:
                     gen = gens[name]
-                    final = gen.generate(prompt_input(gen, (item.prompt, item.chat)), params)
+                    final = gen.generate(gen.prompt_for(item.prompt, item.chat), params)
                     tally[name][0] += final.stats.completion_tokens
                     tally[name][1] += final.stats.generation_s
                     outs[name].append(final.token_ids)

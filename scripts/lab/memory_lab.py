@@ -35,7 +35,7 @@ from typing import Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "backend"))
 
 from omnidraft.apps.adapt import DEFAULT_TARGET, AdaptConfig  # noqa: E402
-from omnidraft.apps.adapt_items import load_items, load_old, prompt_input  # noqa: E402
+from omnidraft.apps.adapt_items import load_items, load_old  # noqa: E402
 from omnidraft.assets import models  # noqa: E402
 from omnidraft.speculative.drafters import DraftCounters, prompt_lookup  # noqa: E402
 from omnidraft.speculative.step import Draft, Verdict  # noqa: E402
@@ -168,7 +168,7 @@ def target_outputs(session, items, max_tokens: int, name: str) -> list[dict]:
     gen = session.compose("target", None, DraftPolicy(PolicyConfig(name="fixed", k=1)))
     out = []
     for it in items:
-        pin = prompt_input(gen, it)
+        pin = gen.prompt_for(*it)
         f = gen.generate(pin, GenerationParams(max_tokens=max_tokens))
         out.append({"prompt": list(pin.target_ids), "output": [int(t) for t in f.token_ids]})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -281,7 +281,7 @@ def e2e(session, prompts, max_tokens: int, memory: StreamMemory | None, use_look
     total = GenerationStats("lab")
     t0 = time.perf_counter()
     for p in prompts:
-        f = gen.generate(prompt_input(gen, p), GenerationParams(max_tokens=max_tokens))
+        f = gen.generate(gen.prompt_for(*p), GenerationParams(max_tokens=max_tokens))
         total.add(f.stats)
     return {"acceptance": round(total.acceptance_rate, 4), "tau": round(total.tau, 4), "accepted": total.accepted,
             "proposed": total.proposed, "tokens": total.completion_tokens, "target_passes": total.target_passes,

@@ -21,7 +21,6 @@ import tempfile
 import time
 
 import omnidraft  # noqa: F401  (loads llama_cpp before numpy's heavy users, as every entry point does)
-from omnidraft.apps.adapt_items import prompt_input
 from omnidraft.assets.snapshot import load_set
 from omnidraft.bench import report
 from omnidraft.runtime.session import Session
@@ -47,7 +46,7 @@ def run(target: str, n: int, greedy_set: str, sampled_set: str, sampling: dict, 
         for name in order:
             apart = name == "split" or same  # --same: both sessions learn apart (an A/A run)
             gen = sessions[name].generator(sampled=kind == "sampled" and apart)
-            f = gen.generate(prompt_input(gen, (item.prompt, item.chat)), params)
+            f = gen.generate(gen.prompt_for(item.prompt, item.chat), params)
             sessions[name].save_state()  # as the server does after each request
             c = tot[name][kind]
             c["tokens"] += len(f.token_ids)

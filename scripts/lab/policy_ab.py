@@ -19,7 +19,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from omnidraft.apps.adapt_items import prompt_input
 from omnidraft.assets.snapshot import load_set
 from omnidraft.bench import runner
 from omnidraft.runtime.session import Session, Settings
@@ -72,7 +71,7 @@ def main() -> None:
             names = list(gens)
             for name in names[i % len(names):] + names[: i % len(names)]:
                 gen = gens[name]
-                final = gen.generate(prompt_input(gen, (item.prompt, item.chat)), params)
+                final = gen.generate(gen.prompt_for(item.prompt, item.chat), params)
                 tally[name][0] += final.stats.completion_tokens
                 tally[name][1] += final.stats.generation_s
                 tally[name][2] += final.stats.total_s

@@ -70,8 +70,7 @@ def main() -> None:
     items = snapshot.load_set(args.set).split("heldout")
     for i in range(args.n):
         item = items[i % len(items)]
-        prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
-            else gen.prompt_from_text(item.prompt)
+        prompt = gen.prompt_for(item.prompt, item.chat)
         params = GenerationParams(max_tokens=64, temperature=args.temperature, seed=args.seed + i)
         n0, final = len(log), gen.generate(prompt, params)
         drafted = [s.accepted for s in final.steps if s.proposed]

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-from omnidraft.apps.adapt_items import prompt_input
 from omnidraft.llama.costmodel import speedup, t_of
 from omnidraft.assets.snapshot import load_set
 from omnidraft.runtime.session import Session, Settings
@@ -122,7 +121,7 @@ def run_seed(session: Session, cache, items, params, seed: int, a) -> dict:
     gen = session.compose("hybrid", session.pair, priced(policy, clock))
     outs, tokens = [], 0
     for item in items:
-        final = gen.generate(prompt_input(gen, (item.prompt, item.chat)), params)
+        final = gen.generate(gen.prompt_for(item.prompt, item.chat), params)
         outs.append(final.token_ids)
         tokens += final.stats.completion_tokens
     return {"seed": seed, "speedup": speedup(tokens, clock.modelled_s, tv[1] + OVERHEAD_MS * 1e-3),
@@ -174,7 +173,7 @@ def main() -> None:
             "noise": {k: getattr(a, k) for k in ("seed_noise", "drift", "memory", "jitter")}, "sets": {}}
     for s in a.sets.split(","):
         items = load_set(s).split("heldout")[: a.n]
-        ref = [alone_gen.generate(prompt_input(alone_gen, (it.prompt, it.chat)), params).token_ids for it in items]
+        ref = [alone_gen.generate(alone_gen.prompt_for(it.prompt, it.chat), params).token_ids for it in items]
         seeds = range(a.first_seed, a.first_seed + a.seeds)
         runs = [run_seed(session, cache, items, params, seed, a) for seed in seeds]
         for r in runs:

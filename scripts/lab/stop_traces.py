@@ -25,7 +25,6 @@ import json
 import sys
 from pathlib import Path
 
-from omnidraft.apps.adapt_items import prompt_input
 from omnidraft.assets.snapshot import load_set
 from omnidraft.bench import runner
 from omnidraft.runtime.session import Session, Settings
@@ -173,7 +172,7 @@ def main() -> None:
     for name in a.sets.split(","):
         steps = record(gen)
         for item in load_set(name).split("heldout")[: a.n]:
-            gen.generate(prompt_input(gen, (item.prompt, item.chat)), params)
+            gen.generate(gen.prompt_for(item.prompt, item.chat), params)
         gen.policy.observe = type(gen.policy).observe.__get__(gen.policy)
         t = [0.0] + [gen.policy.t_verify[n] for n in range(1, K + 2)]
         res = replay(steps, t, gen.policy.t_draft, PolicyConfig().p_min)

@@ -65,7 +65,7 @@ from omnidraft.vocab.ngram_cache import NGramCache
 
 from .adapt_config import AdaptConfig
 from .adapt_drift import check_drift_target, control_point, switch_target
-from .adapt_items import Items, Prompt, load_drift, load_items, load_old, prompt_input
+from .adapt_items import Items, Prompt, load_drift, load_items, load_old
 from .adapt_procs import TrainerProcess, export_control
 from .adapt_report import plot as _report_plot
 from .adapt_report import drift_recovery, summary, summary_lines
@@ -93,7 +93,7 @@ def evaluate(session, prompts: list[Prompt], max_tokens: int, k: int, ngram=None
     lengths: dict[int, int] = {}  # drafter tokens per step -> steps
     t0 = time.perf_counter()
     for p in prompts:
-        pin = prompt_input(gen, p)
+        pin = gen.prompt_for(*p)
         f = gen.generate(pin, GenerationParams(max_tokens=max_tokens, record_topk=8 if records is not None else 0))
         if records is not None:
             records.append(build_record(f, pin, pair, gen.method, session.drafter_version))
@@ -112,7 +112,7 @@ def answer_record(session, item: Prompt, max_tokens: int, record_topk: int, vers
     """The session's answer to ``item`` and its training record (as the server uploads it), tagged with
     ``version`` (default: the drafter version now in use)."""
     gen = session.generator()
-    pin = prompt_input(gen, item)
+    pin = gen.prompt_for(*item)
     final = gen.generate(pin, GenerationParams(max_tokens=max_tokens, record_topk=record_topk))
     return final, build_record(final, pin, session.pair, gen.method, version or session.drafter_version)
 

@@ -55,11 +55,6 @@ def load_drift(cfg: AdaptConfig) -> list[Prompt]:
     return [(i.prompt, i.chat) for i in load_set(cfg.drift_set).split("heldout")][: cfg.n_heldout]
 
 
-def prompt_input(gen, item: Prompt):
-    text, chat = item
-    return gen.prompt_from_messages([{"role": "user", "content": text}]) if chat else gen.prompt_from_text(text)
-
-
 def load_prompts(path: str) -> list[str]:
     text = Path(path).read_text()
     if text.lstrip().startswith("["):

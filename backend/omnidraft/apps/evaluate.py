@@ -105,9 +105,7 @@ def run_sets(draft: str, target: str, sets: list[str], n: int, max_tokens: int, 
             for i, item in enumerate(tqdm(items, desc=f"{Path(str(draft)).name} {s}", disable=not progress)):
                 for c in cfgs[i % len(cfgs):] + cfgs[: i % len(cfgs)]:
                     g = gens[c.label]
-                    prompt = g.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
-                        else g.prompt_from_text(item.prompt)
-                    f = g.generate(prompt, params)
+                    f = g.generate(g.prompt_for(item.prompt, item.chat), params)
                     tot[c.label].add(f.stats)
                     outs.setdefault(c.label, []).append(f.token_ids)
                     acc[c.label] += [st.accepted for st in f.steps if st.proposed > 0]

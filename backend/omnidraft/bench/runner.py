@@ -169,9 +169,7 @@ def run(ctx: BenchContext, configs: list[Config], items: list[Item], params: Gen
                 bar.update(1)
                 continue
             gen = gens[c.label]
-            prompt = gen.prompt_from_messages([{"role": "user", "content": item.prompt}]) if item.chat \
-                else gen.prompt_from_text(item.prompt)
-            tallies[c.label].add(gen.generate(prompt, params))
+            tallies[c.label].add(gen.generate(gen.prompt_for(item.prompt, item.chat), params))
             bar.update(1)
     bar.close()
     for c in configs:

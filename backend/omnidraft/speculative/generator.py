@@ -122,6 +122,10 @@ class Generator:
         ids = chat.tokenize(t, text, plain, add_bos)  # contents as text: no injected control tokens
         return PromptInput(ids, text.encode("utf-8"), msgs, plain)
 
+    def prompt_for(self, text: str, chat: bool) -> PromptInput:
+        """A prompt set's item: one user message through the target's chat template, or raw text."""
+        return self.prompt_from_messages([{"role": "user", "content": text}]) if chat else self.prompt_from_text(text)
+
     # ------------------------------------------------------------------ loop
     def generate(self, prompt: PromptInput, params: GenerationParams | None = None) -> Final:
         final = None
