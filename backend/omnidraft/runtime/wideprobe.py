@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 VERDICTS = "formats.json"
 ROUNDS = 4  # interleaved timing rounds (each: 3 passes of each size 1..4 per file)
 # One loaded engine's memory beside its weights and KV cache (compute buffers, logits): the probe's two 0.5B engines
-# peaked at 1,365 MB for 1,128 MB of files and 2 x 25 MB of cache at 2k context, 60 MB of it the process before.
+# peaked at 1,337-1,398 MB for 1,128 MB of files and 2 x 25 MB of cache at 2k context, 46 MB of it the process before
+# (results/issue41/zen5-38/probe-memory).
 ENGINE_BYTES = 96 << 20
 
 
