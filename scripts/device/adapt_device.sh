@@ -22,8 +22,7 @@
 #                                                    parts 2 and 3: repo | language | drift, and with
 #                                                    LoRA, 4 a step, the cache: repo-mb4 | language-mb4 |
 #                                                    drift-mb4; to 512 without the cache's repeat:
-#                                                    repo-512 | language-512 | repo-512-ep4 | repo-512-rr3;
-#                                                    chat to 1,500: chat-xl-mb4; the target
+#                                                    repo-512 | language-512; chat to 1,500: chat-xl-mb4; the target
 #                                                    switch, packed with PACK=drift-target: drift-target-mb4)
 #          run(command="bash scripts/device/adapt_device.sh speed")  (optional, once the parts are in) the trainer's
 #                                                    update alone on the GPU, HEAD's against this tree's (.devadapt/speed:
@@ -238,10 +237,6 @@ run_flags() {  # $1 = run name: its adapt flags (the scenario, the sets as snaps
     # device-drift: the translator keeps the target's canonical tokens)
     repo-512) echo "$(run_flags repo) --interval 16 --micro-batch 4 --lr 2e-3 --checkpoints $EVERY64" ;;
     language-512) echo "$(run_flags language) --interval 16 --micro-batch 4 --lr 2e-3 --checkpoints $EVERY64" ;;
-    # two ways to take more steps a request (1.6x) on the repository: 4 epochs over each update's new records, or 3
-    # steps on recent records per new one
-    repo-512-ep4) echo "$(run_flags repo-512) --epochs 4" ;;
-    repo-512-rr3) echo "$(run_flags repo-512) --recent-ratio 3" ;;
     # chat past 1,000 requests (the twentieth session's line reached +25 % tau at ~1,500): 2,000 distinct prompts.
     # Until a later fix on 2026-12-05 a checkpoint was measured only where an update falls (a multiple of --interval)
     # or at the end: 1,000 and 1,250 were skipped silently (results/issue43/device-xl), hence 992 and 1,248 (now a
