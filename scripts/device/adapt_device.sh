@@ -114,6 +114,12 @@
 # control whole on one core: NO_CONTROL=1 skips that now), then one point a call by hand, latest first (the script's order now).  22.1 minutes of device time
 # for all that, 4.5 more for two starts that found no machine.
 #
+# 2026-12-07, results/issue43/device-goal2 (nvidia-h200, an H100 came): `go repo-512 language-512`, PART=54M, the tree
+# 4.0 MiB light: 9 parts.  start carried .devadapt + manifest (part008 alone is 53 MiB), parts 000-007 one a call,
+# part008 with `go` + `wait $((560 - SECONDS))` (the CUDA build 170 s; both runs ended 379-381 s after `go`): 11.6
+# minutes.  Later starts found no machine twice (about 3 minutes each) and calls made while none is tried cost 15 s
+# each: ask once, and call again only after the wait the refusal names.
+#
 # Knobs: INTERVAL (32: records per update), N_TRAIN (the scenario's 1,000), THREADS (4 a stream), VERIFY (5 rows:
 # the CUDA plan allows 3, which would cap the held-out k at 2), EXTRA (more adapt flags for every run).
 set -euo pipefail
