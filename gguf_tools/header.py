@@ -45,27 +45,35 @@ def read_kv(path: Path, key: str) -> object | None:
     drafter paid at every load just to find its head's token ids.  This walks the header and skips values by
     their lengths.  Scalars come back as Python numbers, strings as str, numeric arrays as numpy arrays and
     string arrays as lists of str."""
+    return read_kvs(path, (key,)).get(key)
+
+
+def read_kvs(path: Path, keys: tuple[str, ...]) -> dict[str, object]:
+    """Several metadata values in one walk of the header (an absent key costs a walk to its end: 75 ms past a
+    152k vocabulary); the keys present, as :func:`read_kv` returns them."""
     check_header(path)
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         try:
-            return _find(mm, key.encode())
+            return _find(mm, {k.encode() for k in keys})
         except (struct.error, ValueError, UnicodeDecodeError, RecursionError) as e:
             raise InvalidFile(f"{path}: corrupt or truncated GGUF header ({type(e).__name__}: {e})") from None
 
 
-def _find(mm: mmap.mmap, key: bytes) -> object | None:
+def _find(mm: mmap.mmap, keys: set[bytes]) -> dict[str, object]:
     (n_kv,) = struct.unpack_from("<Q", mm, 16)
-    pos = 24
+    pos, found = 24, {}
     for _ in range(n_kv):
         start, pos = _string(mm, pos)
         name = mm[start:pos]
         (vtype,) = struct.unpack_from("<I", mm, pos)
-        value, pos = _walk(mm, pos + 4, vtype, want=name == key)
-        if name == key:
-            return value
+        value, pos = _walk(mm, pos + 4, vtype, want=name in keys)
+        if name in keys:
+            found[name.decode()] = value
+            if len(found) == len(keys):
+                return found
     if pos > len(mm):
         raise ValueError("the last value runs past the end of the file")
-    return None
+    return found
 
 
 def _string(mm: mmap.mmap, pos: int) -> tuple[int, int]:
@@ -102,6 +110,27 @@ def _walk(mm: mmap.mmap, pos: int, vtype: int, want: bool) -> tuple[object | Non
         if want:
             items.append(item)
     return (items if want else None), pos
+
+
+def kv_values_per_token(path: str | os.PathLike) -> int | None:
+    """How many K and V values one token of context keeps over all layers (layers x KV heads x (key + value
+    length)), from the header; None where it does not say (no architecture, block count or head count).  A
+    per-layer head count (an array) counts its largest: this sizes memory from above."""
+    path = Path(path)
+    arch = read_kv(path, "general.architecture")
+    if not isinstance(arch, str):
+        return None
+    names = ("block_count", "attention.head_count", "attention.head_count_kv", "embedding_length",
+             "attention.key_length", "attention.value_length")
+    kv = read_kvs(path, tuple(f"{arch}.{n}" for n in names))
+    layers, heads, kv_heads, width, key, value = (kv.get(f"{arch}.{n}") for n in names)
+    heads, kv_heads = (int(np.max(h)) if isinstance(h, np.ndarray) else h for h in (heads, kv_heads))
+    if not isinstance(layers, int) or not isinstance(heads, int) or heads <= 0:
+        return None
+    kv_heads = kv_heads if isinstance(kv_heads, int) and kv_heads > 0 else heads
+    head = width // heads if isinstance(width, int) else 0
+    key, value = key or head, value or head
+    return layers * kv_heads * (int(key) + int(value))
 
 
 # ---------------------------------------------------------------- frequency-ranked heads (gguf_tools.frhead)

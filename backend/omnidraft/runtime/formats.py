@@ -25,18 +25,9 @@ log = logging.getLogger(__name__)
 WIDE_CHOICES = ("auto", "on", "off")
 
 
-@dataclass(frozen=True)
-class WideCopy:
-    """What a mostly-Q5_0 target's wide copy costs in memory, beside its pinned file (``runtime.wideprobe``
-    weighs it before loading both)."""
-
-    growth: float  # the copy's bytes over the pinned file's
-    kv_bytes_per_token: int  # f16 K and V over its layers: what each token of context adds to a loaded engine
-
-
-# Registry targets whose pinned file is mostly Q5_0 (measured: the 0.5B, 491 -> 637 MB, 24 layers x 2 KV heads x 64;
-# Gemma-3-270M's is 18 %, not worth 1.3x the file).
-MOSTLY_Q5_0 = {models.QWEN_05B: WideCopy(growth=1.296, kv_bytes_per_token=24 * 2 * 2 * 64 * 2)}
+# Registry targets whose pinned file is mostly Q5_0, and their wide copy's bytes over the pinned file's (measured: the
+# 0.5B, 491 -> 637 MB; Gemma-3-270M's is 18 % Q5_0, not worth 1.3x the file).
+MOSTLY_Q5_0 = {models.QWEN_05B: 1.296}
 
 
 @dataclass(frozen=True)

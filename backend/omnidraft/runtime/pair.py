@@ -14,7 +14,7 @@ from omnidraft.speculative.methods import PairContext
 from omnidraft.vocab.bridge import build_bridge
 from omnidraft.vocab.ngram_cache import NGramCache
 
-from . import heads, wideprobe
+from . import heads, memory, wideprobe
 from .settings import Settings
 from .state import StateDir
 
@@ -34,6 +34,7 @@ class LoadedPair:
 
     def __init__(self, settings: Settings, state: StateDir):
         self.settings, self.state = settings, state
+        memory.warn_if_short(settings)
         # a registry name may run from its exact wide copy (timed once per machine where no rule decides)
         self.target, self.plan = wideprobe.load(settings, state.root)
         self.max_verify_batch = self.plan.max_batch

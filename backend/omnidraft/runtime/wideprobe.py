@@ -26,22 +26,18 @@ from types import SimpleNamespace
 from omnidraft import statefile
 from omnidraft.assets import models
 from omnidraft.llama import build as llama_build
-from omnidraft.llama import cpuid, hostmem, invariance
+from omnidraft.llama import cpuid, invariance
 from omnidraft.llama.costmodel import sample_passes
 from omnidraft.llama.engine import Engine
 from omnidraft.llama.invariance import VerifyPlan
 
-from . import formats
+from . import formats, memory
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
 VERDICTS = "formats.json"
 ROUNDS = 4  # interleaved timing rounds (each: 3 passes of each size 1..4 per file)
-# One loaded engine's memory beside its weights and KV cache (compute buffers, logits): the probe's two 0.5B engines
-# peaked at 1,337-1,398 MB for 1,128 MB of files and 2 x 25 MB of cache at 2k context, 46 MB of it the process before
-# (results/issue41/zen5-38/probe-memory).
-ENGINE_BYTES = 96 << 20
 
 
 def prefers_wide(times: dict[str, dict[int, float]]) -> bool:
@@ -100,18 +96,9 @@ def describe(state_root: Path) -> list[str]:
     return lines
 
 
-def shortfall(settings: Settings, file_bytes: list[int]) -> str:
-    """'' where this host has the memory to load an engine per file now (or cannot say); else a line naming the
-    free and the needed megabytes.  Each engine: its file, ``ENGINE_BYTES`` and its KV cache at ``settings.n_ctx``."""
-    free = hostmem.available_bytes()
-    per_token = formats.MOSTLY_Q5_0[settings.target.lower()].kv_bytes_per_token
-    need = sum(file_bytes) + len(file_bytes) * (ENGINE_BYTES + settings.n_ctx * per_token)
-    return "" if free is None or free >= need else f"{free / 1e6:,.0f} MB free, {need / 1e6:,.0f} MB needed"
-
-
 def _fitting(settings: Settings, chosen: Path, pinned: Path) -> Path:
     """The file a kept verdict names, or the pinned one where this host lacks the memory for the wide copy now."""
-    if chosen == pinned or not (short := shortfall(settings, [chosen.stat().st_size])):
+    if chosen == pinned or not (short := memory.shortfall(memory.engine_bytes(chosen, settings.n_ctx))):
         return chosen
     log.warning("%s: its wide copy serves faster here, but this host has %s for it now; running the pinned file "
                 "(the same tokens, %.0f MB smaller)", settings.target, short,
@@ -123,9 +110,10 @@ def _room_to_time(settings: Settings, pinned: Path, made: bool) -> bool:
     """Whether this host can hold both files' engines at once now, as the timing does (the copy's size estimated
     where it is not made yet); a warning where not: the pinned file serves and the next start asks again."""
     wide = models.derived_path(settings.target, models.WIDE)
-    wide_bytes = int(pinned.stat().st_size * formats.MOSTLY_Q5_0[settings.target.lower()].growth) if made \
+    wide_bytes = int(pinned.stat().st_size * formats.MOSTLY_Q5_0[settings.target.lower()]) if made \
         else wide.stat().st_size
-    if short := shortfall(settings, [pinned.stat().st_size, wide_bytes]):
+    both = memory.engine_bytes(pinned, settings.n_ctx) + memory.engine_bytes(pinned, settings.n_ctx, wide_bytes)
+    if short := memory.shortfall(both):
         log.warning("%s: not timing its wide copy against the pinned file, which holds both at once (%s); running "
                     "the pinned file, and the next start asks again (--wide off stops asking, --wide on runs the "
                     "copy)", settings.target, short)
