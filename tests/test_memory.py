@@ -56,3 +56,15 @@ def test_a_session_short_of_memory_says_so_before_it_loads(pair, tmp_path, caplo
     assert WARNING in text and "105 MB free" in text and "MB needed" in text and "smaller target" in text
     assert WARNING not in _session(pair, tmp_path, 1024, caplog)
     assert WARNING not in _session(pair, tmp_path, None, caplog)
+
+
+def test_doctor_says_what_the_pairs_need():
+    """For a phone's choice between the targets: what each downloaded target needs with the served drafter."""
+    from omnidraft.apps import doctor
+
+    if not models.is_verified(models.get_spec(models.QWEN_05B)):
+        pytest.skip("the 0.5B is not downloaded here")
+    need = memory.pair_bytes(Settings(target=models.QWEN_05B))
+    line = f"memory: {models.QWEN_05B} with {Settings().draft} needs about {need / 1e6:,.0f} MB at 4096 tokens"
+    assert any(line in x for x in doctor.cache_section())
+    assert need > models.model_path(models.get_spec(models.QWEN_05B)).stat().st_size + 2 * memory.ENGINE_BYTES

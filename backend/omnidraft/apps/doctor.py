@@ -17,7 +17,8 @@ import llama_cpp
 from omnidraft.llama import buildprobe, build as llama_build, cpuid, hostmem
 from omnidraft.llama.engine import flash_attn_default
 from omnidraft.assets import models
-from omnidraft.runtime import formats, wideprobe
+from omnidraft.runtime import formats, memory, wideprobe
+from omnidraft.runtime.settings import Settings
 
 # CPU flags (as /proc/cpuinfo names them) -> ggml feature name, for "used / refused"
 _ISA = {"avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx_vnni": "avx_vnni", "avx512f": "avx512",
@@ -167,6 +168,18 @@ def cache_section() -> list[str]:
         n = sum(1 for _ in state.iterdir())
         lines.append(f"  state: {state} ({n} files: n-gram caches, predictors, probe results)")
         lines += [f"  timed here, pinned or wide: {line}" for line in wideprobe.describe(state)]
+    return lines + _pair_memory()
+
+
+def _pair_memory() -> list[str]:
+    """What the default pair, and the 0.5B's, need at the default context (runtime.memory), for a phone's choice."""
+    lines = []
+    for target in dict.fromkeys((models.DEFAULT_TARGET, models.QWEN_05B)):
+        s = Settings(target=target)
+        need = memory.pair_bytes(s)
+        if need is not None and models.resolve(target, fetch=False).is_file():
+            lines.append(f"  memory: {target} with {s.draft} needs about {need / 1e6:,.0f} MB at {s.n_ctx} tokens "
+                         f"of context")
     return lines
 
 

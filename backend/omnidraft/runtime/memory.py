@@ -44,20 +44,24 @@ def shortfall(need: int) -> str:
     return "" if free is None or free >= need else f"{free / 1e6:,.0f} MB free, {need / 1e6:,.0f} MB needed"
 
 
-def warn_if_short(settings: Settings) -> None:
-    """A warning, before anything loads, where the session's target and drafter files (as far as they are on disk)
-    do not fit the memory available now."""
+def pair_bytes(settings: Settings) -> int | None:
+    """What the session's target and drafter need at their contexts, as far as their files are on disk (None:
+    neither is, or a name is unknown, which the load reports itself)."""
     try:
-        files = [models.resolve(settings.target, fetch=False), models.resolve(settings.draft, fetch=False)]
+        target, draft = models.resolve(settings.target, fetch=False), models.resolve(settings.draft, fetch=False)
     except ModelNotFound:
-        return  # the load says so itself
-    files = [f for f in files if f.is_file()]
-    if not files:
+        return None
+    parts = [engine_bytes(f, n) for f, n in ((target, settings.n_ctx), (draft, settings.draft_n_ctx)) if f.is_file()]
+    return sum(parts) if parts else None
+
+
+def warn_if_short(settings: Settings) -> None:
+    """A warning, before anything loads, where the session's pair does not fit the memory available now."""
+    need = pair_bytes(settings)
+    if need is None or not (short := shortfall(need)):
         return
-    need = engine_bytes(files[0], settings.n_ctx) + sum(engine_bytes(f, settings.draft_n_ctx) for f in files[1:])
-    if short := shortfall(need):
-        smaller = f", or run a smaller target ({models.QWEN_05B})" if str(settings.target).lower() != models.QWEN_05B \
-            else ""
-        log.warning("this host has less memory available than the model pair needs (%s): expect a slow start and "
-                    "slow tokens as weights are read from storage again, or the system ending the process; close "
-                    "other apps or lower --n-ctx%s", short, smaller)
+    smaller = f", or run a smaller target ({models.QWEN_05B})" if str(settings.target).lower() != models.QWEN_05B \
+        else ""
+    log.warning("this host has less memory available than the model pair needs (%s): expect a slow start and "
+                "slow tokens as weights are read from storage again, or the system ending the process; close other "
+                "apps or lower --n-ctx%s", short, smaller)
