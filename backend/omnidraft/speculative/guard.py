@@ -15,7 +15,9 @@ takes a short run of target-alone steps now and then to know that pace, and when
 slower it stops drafting for a spell that doubles while drafting keeps losing, each spell ended by a
 trial of drafting steps measured afresh.  A clear loss stops drafting after one trial; a close one only once
 it has held for more steps, since acceptance comes in stretches (text the drafter knows, text it does not)
-and a few steps in a hard stretch look like a slow machine.  Its latest verdict is kept with the cost model's state
+and a few steps in a hard stretch look like a slow machine.  A losing verdict is judged against the target
+alone timed within the last few steps, re-timed first where its pace is older: a machine that slowed since (a
+laptop or phone throttling, a shared VM) would otherwise read as drafting losing.  Its latest verdict is kept with the cost model's state
 (``Session.save_state``, ``guard.json``): a new process on the same machine, build and models starts its
 first spell at once where drafting was losing (``resume``), instead of paying again to find out.
 """
@@ -44,6 +46,10 @@ class GuardConfig:
     trial: int = 6  # drafting steps measured before a verdict (and after each spell)
     spell: int = 64  # first spell without drafting; doubled while drafting keeps losing
     max_spell: int = 1024
+    # a losing verdict needs the target alone timed within this many steps: a pace from a run up to ``every`` steps
+    # back let drift in the machine's speed pass for a loss (a 2-core VM: spells at 0.945x and 0.97x where drafting
+    # ran 1.19x, BENCHMARKS.md thirty-eighth session; a laptop or phone that throttles does the same)
+    fresh: int = 16
 
 
 class Pace:
@@ -89,6 +95,7 @@ class RateGuard:
         self._blocked_until = 0
         self._spell = self.cfg.spell
         self._prev_alone = False
+        self._alone_at = -(10 ** 9)  # the step of the latest target-alone pass counted in the alone pace
 
     def allows_drafting(self) -> bool:
         self._step += 1
@@ -111,6 +118,7 @@ class RateGuard:
             self._judge()
         elif self._prev_alone:
             self.alone.add(tokens, seconds)
+            self._alone_at = self._step
         self._prev_alone = not drafted
 
     def skip(self, drafted: bool) -> None:
@@ -167,6 +175,10 @@ class RateGuard:
             return
         if r >= self.cfg.clear and self.drafting.steps < self.cfg.settle:
             return  # a close loss over a few steps is as likely a hard stretch of text as a slow machine
+        if self._step - self._alone_at > self.cfg.fresh:  # time the target alone now, then judge again
+            self.alone.reset()
+            self._next_run = self._step + 1
+            return
         self._blocked_until = self._step + self._spell + 1
         self._spell = min(2 * self._spell, self.cfg.max_spell)
         self.stats.spells += 1
