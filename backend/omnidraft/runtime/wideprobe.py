@@ -109,10 +109,11 @@ def _fitting(settings: Settings, chosen: Path, pinned: Path) -> Path:
 def _room_to_time(settings: Settings, pinned: Path, made: bool) -> bool:
     """Whether this host can hold both files' engines at once now, as the timing does (the copy's size estimated
     where it is not made yet); a warning where not: the pinned file serves and the next start asks again."""
-    wide = models.derived_path(settings.target, models.WIDE)
-    wide_bytes = int(pinned.stat().st_size * formats.MOSTLY_Q5_0[settings.target.lower()]) if made \
-        else wide.stat().st_size
-    both = memory.engine_bytes(pinned, settings.n_ctx) + memory.engine_bytes(pinned, settings.n_ctx, wide_bytes)
+    size = pinned.stat().st_size
+    wide_bytes = int(size * formats.MOSTLY_Q5_0[settings.target.lower()]) if made \
+        else models.derived_path(settings.target, models.WIDE).stat().st_size
+    one = memory.engine_bytes(pinned, settings.n_ctx)  # the same weights' cache: the header read once
+    both = 2 * one + wide_bytes - size
     if short := memory.shortfall(both):
         log.warning("%s: not timing its wide copy against the pinned file, which holds both at once (%s); running "
                     "the pinned file, and the next start asks again (--wide off stops asking, --wide on runs the "

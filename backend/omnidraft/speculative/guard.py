@@ -17,9 +17,10 @@ trial of drafting steps measured afresh.  A clear loss stops drafting after one 
 it has held for more steps, since acceptance comes in stretches (text the drafter knows, text it does not)
 and a few steps in a hard stretch look like a slow machine.  A losing verdict is judged against the target
 alone timed within the last few steps, re-timed first where its pace is older: a machine that slowed since (a
-laptop or phone throttling, a shared VM) would otherwise read as drafting losing.  Its latest verdict is kept with the cost model's state
-(``Session.save_state``, ``guard.json``): a new process on the same machine, build and models starts its
-first spell at once where drafting was losing (``resume``), instead of paying again to find out.
+laptop or phone throttling, a shared VM) would otherwise read as drafting losing.  Its latest verdict is kept
+with the cost model's state (``Session.save_state``, ``guard.json``): a new process on the same machine, build
+and models starts its first spell at once where drafting was losing (``resume``), instead of paying again to
+find out.
 """
 
 from __future__ import annotations
