@@ -79,6 +79,23 @@ def test_q8_0_odd_and_long_rows_bit_identical_and_match_reference(tiers, nb):
     _check_plain(tiers, "q8_0", nb, rows=9, seed=nb)
 
 
+@pytest.mark.parametrize("nb", [41, 513])
+def test_q5_0_every_tier_gives_the_same_bits(tiers, nb):
+    """VNNI builds take Q5_0's weights as unsigned bytes 0..31 and the -16 offset from sums of the activations
+    (q50_row_vnni); AVX2 keeps |w| and the sign of x.  Each lane sums the same integers and every float step is
+    the same, so every tier gives the same floats, rows of 1..8 alike.  513 blocks is past the offset table:
+    the sign-trick code on every tier."""
+    if len(tiers) < 2:
+        pytest.skip("one x86 tier on this CPU: nothing to compare")
+    _check_plain(tiers, "q5_0", nb, rows=9, seed=nb)
+    rng = np.random.default_rng(nb + 1)
+    w, act = H.q5_0_blocks(rng, 9, nb), H.q8_0_rows(rng, MAX_ROWS, nb)
+    outs = {t: H.gemm(dll, H.Q5_0, 32 * nb, w, act, MAX_ROWS) for t, dll in tiers.items()}
+    first = next(iter(outs))
+    for t, out in outs.items():
+        assert np.array_equal(out, outs[first]), f"{t} differs from {first}"
+
+
 def _check_interleaved(tiers, gemm_x8, wtype, k, w, wx8, rows, act, ref, name):
     """An 8-row-interleaved kernel on every tier: one-row outputs within float tolerance of the float64
     reference and of the plain-layout kernel on the same weights (only summation order differs), every batch

@@ -58,6 +58,13 @@
 #else
 #define SBK_Q80_ZMM 0
 #endif
+// Q5_0 with its weights as unsigned bytes, the -16 offset taken through the activations (VNNI builds; see
+// q50_row_vnni)
+#if SBK_VARIANT == 2 || SBK_VARIANT == 3
+#define SBK_Q50_BIAS 1
+#else
+#define SBK_Q50_BIAS 0
+#endif
 
 #if SBK_VARIANT > 0
 // ================================================================ every architecture: layouts, side table
@@ -101,6 +108,8 @@ struct acts {
     const int8_t * qc;      // Q8_0 weights on zmm builds: [row][block][32] the activations' quants + 128 (as
                             // unsigned bytes), or null
     const float * dx;       // with qc: [row][block pair][16] the pair's scales, 8 lanes each (0 past the last block)
+    const int32_t * bias;   // Q5_0 weights on VNNI builds: [row][block][8] -16 * the sum of each lane's four
+                            // activation quants, or null
 };
 
 // One per thread, fixed (no allocation that could fail mid-graph): room for 8 rows of 2048 blocks (Q8_0
@@ -116,6 +125,12 @@ alignas(64) thread_local float TABLE[TABLE_FLOATS];
 constexpr int64_t QCOPY_BLOCKS = 512;
 alignas(64) thread_local int8_t QCOPY[8 * QCOPY_BLOCKS * 32];
 alignas(64) thread_local float DXCOPY[8 * QCOPY_BLOCKS / 2 * 16];
+#endif
+#if SBK_Q50_BIAS
+// Each Q5_0 activation block's offset sums (acts::bias), for rows of up to 16,384 values; wider ones take the
+// sign-trick code.
+constexpr int64_t Q50BIAS_BLOCKS = 512;
+alignas(64) thread_local int32_t Q50BIAS[8 * Q50BIAS_BLOCKS * 8];
 #endif
 
 // The scales first, then (Q4_K) the sums, starting on a 64-byte boundary.
@@ -361,6 +376,53 @@ void q8act_row(const uint8_t * x, const acts & a, float * out, size_t stride) {
     }
 }
 
+#if SBK_Q50_BIAS
+// Q5_0 without the sign trick.  A value is u - 16 with u = nibble | fifth bit << 4 in 0..31, an unsigned byte
+// as dpbusd takes it, so each row's block sum is dpbusd(bias, u, x): bias is -16 * the sum of x over each
+// lane's four bytes (acts::bias, once per call), and each lane's integer equals the sign-trick code's (same
+// products, same lane), so the outputs are bit-identical to it and to every other tier's.  What that saves on
+// a one-row pass, 55 % of the 0.5B's Q4_K_M bytes: |w| and the per-row sign of x (one op each), and with
+// AVX-512 the fifth bits go in as a mask (kmov and a masked add) where the spread took five ops.
+template <int N>
+void q50_row_vnni(const uint8_t * x, const acts & a, float * out, size_t stride) {
+    __m256 acc[N];
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        acc[j] = _mm256_setzero_ps();
+    }
+    const __m256i low4 = _mm256_set1_epi8(0x0F), c16 = _mm256_set1_epi8(16);
+    for (int64_t b = 0; b < a.nb; b++, x += Q50_BYTES) {
+        _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
+        const __m128i qs = _mm_loadu_si128((const __m128i *) (x + 6));
+        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), low4);
+        uint32_t qh;
+        memcpy(&qh, x + 2, 4);
+#if SBK_VARIANT == 3 && defined(__AVX512BW__)
+        const __m256i u = _mm256_mask_add_epi8(nib, (__mmask32) qh, nib, c16);  // bit i adds 16 to byte i
+#else
+        const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int) qh),
+            _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
+        const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        const __m256i u = _mm256_or_si256(nib, _mm256_and_si256(set, c16));
+#endif
+        uint16_t h;
+        memcpy(&h, x, 2);
+        const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short) h));  // the scale converted in every lane at once
+        SBK_UNROLL
+        for (int j = 0; j < N; j++) {
+            const __m256i s = dot_u8s8(load(a.bias + (j * a.nb + b) * 8), u, load(a.q + j * a.stride + b * Q80_BYTES + 2));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(a.d + j * a.nb + b)),
+                                     acc[j]);
+        }
+    }
+    SBK_UNROLL
+    for (int j = 0; j < N; j++) {
+        out[j * stride] = hsum(acc[j]);
+    }
+}
+#endif
+
 #if SBK_Q80_ZMM
 // Q8_0 on 512 bits, two blocks a vector, where the ymm code above spends 7 instructions per 32 weights and row
 // (every 32 weights carry their own scale): here 4 per 64 besides loads.  The block type is a parameter (B::BYTES,
@@ -395,7 +457,13 @@ void q8act_row_zmm(const uint8_t * x, const acts & a, float * out, size_t stride
         const __m512i lo = _mm512_zextsi256_si512(B::weights(x));
         const __m512i w = both ? _mm512_inserti64x4(lo, B::weights(x + B::BYTES), 1) : lo;
         const __m512i bias = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, w));  // -128 * sum(w)
-        const __m512 dw = halves(fp16(x), both ? fp16(x + B::BYTES) : 0.0f);
+        uint16_t h0, h1 = 0;  // fp16 0 is 0.0f: an odd last block's upper half adds nothing
+        memcpy(&h0, x, 2);
+        if (both) {
+            memcpy(&h1, x + B::BYTES, 2);
+        }
+        // both scales converted in one op (halves() of the two floats took two conversions and three broadcasts)
+        const __m512 dw = _mm512_cvtph_ps(_mm256_mask_set1_epi16(_mm256_set1_epi16((short) h0), 0xFF00, (short) h1));
         SBK_UNROLL
         for (int j = 0; j < N; j++) {
             const int8_t * q = a.qc + (j * a.nb + b) * 32;
@@ -874,11 +942,15 @@ namespace {
 
 acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
     float * t = TABLE;
-    acts a = {act, stride, nb, t, t + sums_offset(n, nb), nullptr, nullptr};
+    acts a = {act, stride, nb, t, t + sums_offset(n, nb), nullptr, nullptr, nullptr};
 #if SBK_Q80_ZMM
     int8_t * qc = type == SBK_TYPE_Q8_0 && nb <= QCOPY_BLOCKS ? QCOPY : nullptr;
     a.qc = qc;
     a.dx = qc != nullptr ? DXCOPY : nullptr;
+#endif
+#if SBK_Q50_BIAS
+    int32_t * bias = type == SBK_TYPE_Q5_0 && nb <= Q50BIAS_BLOCKS ? Q50BIAS : nullptr;
+    a.bias = bias;
 #endif
     for (int j = 0; j < n; j++) {
         for (int64_t i = 0; i < nb; i++) {
@@ -896,6 +968,13 @@ acts prepare(int type, const uint8_t * act, size_t stride, int n, int64_t nb) {
                     _mm256_storeu_si256((__m256i *) (qc + (j * nb + i) * 32),
                                         _mm256_xor_si256(load(act + j * stride + i * Q80_BYTES + 2),
                                                          _mm256_set1_epi8((char) 0x80)));
+                }
+#endif
+#if SBK_Q50_BIAS
+                if (bias != nullptr) {  // 16 * each lane's sum, negated
+                    const __m256i x16 = dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(16),
+                                                 load(act + j * stride + i * Q80_BYTES + 2));
+                    _mm256_store_si256((__m256i *) (bias + (j * nb + i) * 8), _mm256_sub_epi32(_mm256_setzero_si256(), x16));
                 }
 #endif
             }
@@ -928,7 +1007,15 @@ template <int N> void q80_row(const uint8_t * x, const acts & a, float * o, size
 #endif
     q8act_row<q80_block, N>(x, a, o, s);
 }
-template <int N> void q50_row(const uint8_t * x, const acts & a, float * o, size_t s) { q8act_row<q50_block, N>(x, a, o, s); }
+template <int N> void q50_row(const uint8_t * x, const acts & a, float * o, size_t s) {
+#if SBK_Q50_BIAS
+    if (a.bias != nullptr) {  // by the row length alone, as q80_row
+        q50_row_vnni<N>(x, a, o, s);
+        return;
+    }
+#endif
+    q8act_row<q50_block, N>(x, a, o, s);
+}
 
 #define SBK_TABLE(fn) \
     {nullptr, fn<1>, fn<2>, fn<3>, fn<4>, fn<5>, fn<6>, fn<7>, fn<8>}
