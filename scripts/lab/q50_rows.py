@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import platform
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from omnidraft.bench.report import write_json  # noqa: E402
 from tests import sbk_harness as H  # noqa: E402
 
 AFTER = H.PATCH / "sbk.cpp"
@@ -101,8 +101,7 @@ def main() -> None:
             cells = [f"{r['before']:.0f} -> {r['after']:.0f} ({r['after'] / r['before']:.2f})" for r in res.values()]
             print(f"| {shape} | " + " | ".join(cells) + " |")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1))
+        write_json(Path(args.out), report)
         print(f"\nwrote {args.out}")
 
 

@@ -15,7 +15,6 @@ disturbed run).  One thread, so the two cores' scheduling does not enter.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from omnidraft.bench.report import write_json  # noqa: E402
 from tests import sbk_harness as H  # noqa: E402
 
 K = 1536
@@ -85,8 +85,7 @@ def main() -> None:
             for n, r in res.items():
                 print(f"| {n} | {r['plain_us']:.1f} | {r['x8_us']:.1f} | {r['q6k_plain_us']:.1f} | {r['q6k_x8_us']:.1f} |")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=1))
+        write_json(Path(args.out), report)
         print(f"\nwrote {args.out}")
 
 

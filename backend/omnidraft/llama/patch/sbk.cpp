@@ -334,19 +334,26 @@ struct q80_block {
     static __m256i weights(const uint8_t * x) { return load(x + 2); }
 };
 
+// A Q5_0 block's 32 nibbles as bytes, value i in byte i (the block's qs: values 0..15 low, 16..31 high).
+inline __m256i q50_nibbles(const uint8_t * x) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *) (x + 6));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0F));
+}
+
+// 0xFF in byte i where value i's fifth bit (bit i of qh) is set: byte i gets qh's byte i/8, then its bit i%8 tested.
+inline __m256i q50_fifth_bits(const uint8_t * x) {
+    uint32_t qh;
+    memcpy(&qh, x + 2, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int) qh),
+        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
 struct q50_block {
     static constexpr int BYTES = Q50_BYTES;
     static __m256i weights(const uint8_t * x) {
-        const __m128i qs = _mm_loadu_si128((const __m128i *) (x + 6));
-        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), _mm256_set1_epi8(0x0F));
-        uint32_t qh;
-        memcpy(&qh, x + 2, 4);
-        // byte i gets qh's byte i/8, then its bit i%8 tested: 0xFF where the fifth bit is set
-        const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int) qh),
-            _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
-        const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-        return _mm256_or_si256(nib, _mm256_andnot_si256(set, _mm256_set1_epi8((char) 0xF0)));
+        return _mm256_or_si256(q50_nibbles(x), _mm256_andnot_si256(q50_fifth_bits(x), _mm256_set1_epi8((char) 0xF0)));
     }
 };
 
@@ -390,21 +397,16 @@ void q50_row_vnni(const uint8_t * x, const acts & a, float * out, size_t stride)
     for (int j = 0; j < N; j++) {
         acc[j] = _mm256_setzero_ps();
     }
-    const __m256i low4 = _mm256_set1_epi8(0x0F), c16 = _mm256_set1_epi8(16);
+    const __m256i c16 = _mm256_set1_epi8(16);
     for (int64_t b = 0; b < a.nb; b++, x += Q50_BYTES) {
         _mm_prefetch((const char *) x + PREFETCH, _MM_HINT_T0);
-        const __m128i qs = _mm_loadu_si128((const __m128i *) (x + 6));
-        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), low4);
+        const __m256i nib = q50_nibbles(x);
+#if SBK_VARIANT == 3 && defined(__AVX512BW__)
         uint32_t qh;
         memcpy(&qh, x + 2, 4);
-#if SBK_VARIANT == 3 && defined(__AVX512BW__)
         const __m256i u = _mm256_mask_add_epi8(nib, (__mmask32) qh, nib, c16);  // bit i adds 16 to byte i
 #else
-        const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int) qh),
-            _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
-        const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-        const __m256i u = _mm256_or_si256(nib, _mm256_and_si256(set, c16));
+        const __m256i u = _mm256_or_si256(nib, _mm256_and_si256(q50_fifth_bits(x), c16));
 #endif
         uint16_t h;
         memcpy(&h, x, 2);
