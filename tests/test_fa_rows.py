@@ -47,6 +47,30 @@ def test_flash_attention_rows_bit_identical_to_decoding_past_512_cells(mode, hoo
         assert np.array_equal(rows, single[:n]), f"{mode}: a batch of {n} rows differs from one-token decoding"
 
 
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_fa_rows_keeps_batches_bit_identical_to_decoding_and_close_to_one_chunk(mode, hooked, monkeypatch):
+    """fa_rows.cpp (blocks of the KV cache shared by a pass's items, vectorized over cells) against ggml's one_chunk
+    (OMNIDRAFT_FA_ROWS=0), after 600 cells (past 512, ten 64-cell blocks), the fast mode's f16 cache and the exact
+    mode's f32 one: every batch of 1..8 rows equal to decoding, bit for bit; the rows differ from one_chunk's (it
+    runs) by rounding only, and never in their argmax."""
+    if not llama_build.has_fa_rows():
+        pytest.skip("this build has no fa_rows.cpp")
+    cfg = EngineConfig(n_ctx=1024, n_threads=2, batch_invariant=mode == "exact")
+    rows = {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("OMNIDRAFT_FA_ROWS", on)
+        with Engine(models.resolve(models.QWEN_05B), cfg) as e:
+            ids = e.tokenize(invariance.PROBE_TEXT)
+            rows[on] = rows_by_batch(e, (ids * (600 // len(ids) + 1))[:600], ids[:ROWS])
+    for n, batch in enumerate(rows["1"][1], start=1):
+        assert np.array_equal(batch, rows["1"][0][:n]), f"{mode}: a batch of {n} rows differs from decoding"
+    ours, theirs = rows["1"][0], rows["0"][0]
+    assert not np.array_equal(ours, theirs), "OMNIDRAFT_FA_ROWS changed nothing: fa_rows.cpp did not run"
+    rms = float(np.sqrt(np.mean((ours - theirs) ** 2)))
+    assert rms <= 0.05 * float(theirs.std()), f"{mode}: differs from one_chunk by {rms / theirs.std():.3g} of the spread"
+    assert np.array_equal(ours.argmax(1), theirs.argmax(1))
+
+
 def test_flash_attention_rows_do_not_depend_on_the_thread_count(hooked):
     """ggml hands (row, head) pairs to the threads in chunks, and with the hook a single row takes the same path;
     a row's bits must not move with the number of threads (1 against 4, oversubscribed here on purpose)."""

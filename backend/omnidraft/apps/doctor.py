@@ -69,7 +69,8 @@ def _sources_line() -> str:
 
 _FLASH_ATTN_WHY = {  # engine.flash_attn_default's reasons, after "on" / "off"
     "hook": "(fa-hook.patch keeps a single row's attention on the batch's path: rows bit-identical to decoding; "
-            "passes 7-10 % cheaper below 600 tokens of context on a 2-core Zen 5; GPU engines keep it off)",
+            "fa_rows.cpp reads the KV cache in blocks shared by a pass's heads and rows, so long contexts stay "
+            "cheap to verify; GPU engines keep it off)",
     "hook-off": "for this process (OMNIDRAFT_SBQ4=0 turns the hook off with the kernels)",
     "no-hook": "(fa-hook.patch not in this build, rerun setup: upstream's flash attention splits one row's KV cache "
                "over threads from 512 cells up, and batched rows would differ from decoding)"}

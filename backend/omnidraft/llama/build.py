@@ -270,6 +270,11 @@ def has_fa_invariant() -> bool:
     return _exports("ggml_sbk_fa_rows_invariant")
 
 
+def has_fa_rows() -> bool:
+    """Whether the build carries fa_rows.cpp: a pass's attention reads the KV cache once, not once a head and row."""
+    return _exports("ggml_sbk_fa_rows")
+
+
 def fa_invariant_active() -> bool:
     """The same, taking ``OMNIDRAFT_SBQ4=0`` (the hook's run-time off) into account."""
     return not _sbq4_off() and has_fa_invariant()

@@ -90,9 +90,9 @@ class EngineConfig:
     def use_flash_attn(self) -> bool:
         """Whether passes run flash attention.  On a CPU it fuses the attention's products, softmax and copies
         (a 1.5B Q4_K_M at 100 tokens of context, 2-core Zen 5: a decode 14.2 against 15.6 ms, an 8-row pass 43.5
-        against 47.0; even at 600; 4- and 8-row passes 7-8 % dearer at 1,000, BENCHMARKS "flash attention kept
-        exact"); the patched build makes its rows bit-identical to decoding, which upstream's split of one
-        row's KV cache over threads (from 512 cells up) is not."""
+        against 47.0; BENCHMARKS "flash attention kept exact").  The patched build makes its rows bit-identical to
+        decoding, which upstream's split of one row's KV cache over threads (from 512 cells up) is not, and its
+        fa_rows.cpp keeps long contexts cheap to verify (BENCHMARKS "Long contexts")."""
         if self.flash_attn is not None:
             return self.flash_attn
         return flash_attn_default(self.n_gpu_layers)[0]

@@ -89,6 +89,11 @@ void ggml_sbk_mul_mat(const struct ggml_compute_params * params, struct ggml_ten
 // bit-identical to decoding for batches of up to 63 (ggml's tiled path starts at 64): 1 unless OMNIDRAFT_SBQ4
 // is "0" (read at every call).
 int ggml_sbk_fa_rows_invariant(void);
+// fa_rows.cpp: whether dst (a FLASH_ATTN_EXT) is one ggml_sbk_fa_rows reproduces (f32 Q, f32 or f16 K and V of one
+// type, no sinks) and rows must be invariant; then the work items [ir0, ir1) of ggml's chunk, one_chunk's arithmetic
+// per item, the KV cache swept once for all of them.
+int ggml_sbk_fa_rows_takes(const struct ggml_tensor * dst);
+void ggml_sbk_fa_rows(const struct ggml_compute_params * params, struct ggml_tensor * dst, int64_t ir0, int64_t ir1);
 
 // ---- the hook in repack.cpp (block_q4_Kx8 and block_q6_Kx8 weights, the fast mode's Q4_K and Q6_K)
 // Whether op is a batch sbkx8/sbq6x8 take (Q4_K: 1..8 rows, as ggml_sbk_takes says for the plain layout,
