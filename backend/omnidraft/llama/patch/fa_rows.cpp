@@ -34,11 +34,18 @@
 #include <algorithm>
 #include <vector>
 
+// 64-byte vectors passed between inline functions of this file: GCC's note that their ABI changed in GCC 4.6 (and
+// that AVX2 builds pass them otherwise than AVX-512 ones) concerns no call across files
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 namespace {
 
 // Cells a block: their K and V rows in f32 (2 x 8 KB at DK = DV = 128) stay in L1 while every item of their KV head
-// reads them.  With 64 cells (2 x 32 KB, in L2) the items' reads of the block bounded the pass: on a 2-core Zen 4 the
-// 1.5B's 5-row pass at 3,072 cells took 103 ms, its attention half of that at a fifth of the FMA units' rate.
+// reads them.  64 cells (2 x 32 KB, in L2) timed the same on a 2-core Zen 4 (the 1.5B's 5-row pass at 3,072 cells
+// 103-104 ms either way, its attention about half of it, the FMA loops at a fifth to an eighth of the FMA units'
+// rate, each cell's 16-lane sum then ~25 instructions beside 8 FMAs: hence hsum8).
 constexpr int64_t CELLS = 16;
 // Items sweeping the cache together; a chunk with more takes them in groups (each group sweeps on its own).
 constexpr int64_t ITEMS = 64;
@@ -77,9 +84,47 @@ inline float hsum(v16f a) {
            (((a[1] + a[9]) + (a[5] + a[13])) + ((a[3] + a[11]) + (a[7] + a[15])));
 }
 
+// hsum of 8 vectors at once, the same tree for each (so the same sums, bit for bit): lanes l and l + 8, then l + 4,
+// l + 2, l + 1 added level by level, two cells' halves side by side in one vector, so that 8 cells take 8 adds and
+// 16 two-source shuffles (vpermt2ps with AVX-512) where hsum takes ~25 scalar instructions a cell.  Compilers
+// without __builtin_shufflevector (GCC before 12) take hsum one cell at a time.
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define SHUF __builtin_shufflevector
+inline v16f halves(v16f a, v16f b) {  // [a 0-7 | b 0-7] + [a 8-15 | b 8-15]
+    return SHUF(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           SHUF(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+}
+inline v16f quarters(v16f a, v16f b) {  // each 8-lane half: lanes 0-3 + lanes 4-7, a's halves then b's
+    return SHUF(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           SHUF(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+}
+inline v16f pairs(v16f a, v16f b) {  // each 4-lane quarter: lanes 0-1 + lanes 2-3
+    return SHUF(a, b, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           SHUF(a, b, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+}
+inline void hsum8(const v16f * a, float * out) {
+    const v16f h01 = halves(a[0], a[1]), h23 = halves(a[2], a[3]), h45 = halves(a[4], a[5]), h67 = halves(a[6], a[7]);
+    const v16f q0 = quarters(h01, h23), q1 = quarters(h45, h67);  // cell c's 4 partial sums at lanes 4c'..4c'+3
+    const v16f w = pairs(q0, q1);                                    // cell c's 2 at lanes 2c, 2c + 1
+    const v16f e = SHUF(w, w, 0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+    const v16f o = SHUF(w, w, 1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
+    const v16f t = e + o;
+    for (int g = 0; g < 8; g++) {
+        out[g] = t[g];
+    }
+}
+#undef SHUF
+#else
+inline void hsum8(const v16f * a, float * out) {
+    for (int g = 0; g < 8; g++) {
+        out[g] = hsum(a[g]);
+    }
+}
+#endif
+
 // Scores of GROUP cells' K rows (DK apart) against q: each cell its own 16 running sums over q's values in order,
-// then hsum.  GROUP independent chains keep both FMA pipes busy; a cell's score is the same in any group.
-constexpr int GROUP = 8;
+// then hsum's tree (hsum8).  GROUP independent chains keep both FMA pipes busy; a cell's score is the same in any group.
+constexpr int GROUP = 8;  // hsum8's width
 inline void dots(const float * q, const float * k, int64_t stride, int64_t DK, float * out) {
     v16f a[GROUP] = {};
     for (int64_t i = 0; i < DK; i += LANES) {
@@ -89,10 +134,7 @@ inline void dots(const float * q, const float * k, int64_t stride, int64_t DK, f
             a[g] += x * load16(k + g * stride + i);
         }
     }
-#pragma GCC unroll 8
-    for (int g = 0; g < GROUP; g++) {
-        out[g] = hsum(a[g]);
-    }
+    hsum8(a, out);
 }
 
 // vkq = vkq * ms + sum over the block's cells of p[c] * V[c], in cell order, the D values held in registers
