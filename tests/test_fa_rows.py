@@ -31,11 +31,11 @@ def hooked(monkeypatch):
     monkeypatch.delenv("OMNIDRAFT_FLASH_ATTN", raising=False)
 
 
-def _rows(cfg: EngineConfig) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The 0.5B's one-token rows after a PREFIX-token prefix, and its batches of 1..ROWS there."""
+def _rows(cfg: EngineConfig, prefix: int = PREFIX) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The 0.5B's one-token rows after a ``prefix``-token prefix, and its batches of 1..ROWS there."""
     with Engine(models.resolve(models.QWEN_05B), cfg) as e:
         ids = e.tokenize(invariance.PROBE_TEXT)
-        return rows_by_batch(e, (ids * (PREFIX // len(ids) + 1))[:PREFIX], ids[:ROWS])
+        return rows_by_batch(e, (ids * (prefix // len(ids) + 1))[:prefix], ids[:ROWS])
 
 
 @pytest.mark.parametrize("mode", ["fast", "exact"])
@@ -50,7 +50,7 @@ def test_flash_attention_rows_bit_identical_to_decoding_past_512_cells(mode, hoo
 @pytest.mark.parametrize("mode", ["fast", "exact"])
 def test_fa_rows_keeps_batches_bit_identical_to_decoding_and_close_to_one_chunk(mode, hooked, monkeypatch):
     """fa_rows.cpp (blocks of the KV cache shared by a pass's items, vectorized over cells) against ggml's one_chunk
-    (OMNIDRAFT_FA_ROWS=0), after 600 cells (past 512, ten 64-cell blocks), the fast mode's f16 cache and the exact
+    (OMNIDRAFT_FA_ROWS=0), after 600 cells (past 512, 37 of its 16-cell blocks), the fast mode's f16 cache and the exact
     mode's f32 one: every batch of 1..8 rows equal to decoding, bit for bit; the rows differ from one_chunk's (it
     runs) by rounding only, and never in their argmax."""
     if not llama_build.has_fa_rows():
@@ -59,9 +59,7 @@ def test_fa_rows_keeps_batches_bit_identical_to_decoding_and_close_to_one_chunk(
     rows = {}
     for on in ("1", "0"):
         monkeypatch.setenv("OMNIDRAFT_FA_ROWS", on)
-        with Engine(models.resolve(models.QWEN_05B), cfg) as e:
-            ids = e.tokenize(invariance.PROBE_TEXT)
-            rows[on] = rows_by_batch(e, (ids * (600 // len(ids) + 1))[:600], ids[:ROWS])
+        rows[on] = _rows(cfg, prefix=600)
     for n, batch in enumerate(rows["1"][1], start=1):
         assert np.array_equal(batch, rows["1"][0][:n]), f"{mode}: a batch of {n} rows differs from decoding"
     ours, theirs = rows["1"][0], rows["0"][0]

@@ -271,7 +271,8 @@ def has_fa_invariant() -> bool:
 
 
 def has_fa_rows() -> bool:
-    """Whether the build carries fa_rows.cpp: a pass's attention reads the KV cache once, not once a head and row."""
+    """Whether the build carries fa_rows.cpp: a pass of a few rows takes its attention in blocks of the KV cache
+    shared by the heads that read them, sums vectorized (ggml's one_chunk: one head and row, one cell at a time)."""
     return _exports("ggml_sbk_fa_rows")
 
 

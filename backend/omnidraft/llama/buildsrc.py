@@ -21,8 +21,8 @@ GGML_CPU = os.path.join("vendor", "llama.cpp", "ggml", "src", "ggml-cpu")
 # then frhead.patch, which lets a drafter carry a head over its most frequent tokens (gguf_tools.frhead); then
 # sbq6x8-hook.patch, which repacks Q6_K on x86 too (the fast mode) for sbq6x8.cpp; then q8k-hook.patch, which
 # quantizes x86 Q8_K activations (every Q4_K and Q6_K product's) with AVX2 instead of ggml's scalar reference;
-# then fa-hook.patch, which keeps flash attention's one-row decode on the path batched rows take, and takes a few
-# rows through fa_rows.cpp, which reads the KV cache once a pass instead of once a query head and row.
+# then fa-hook.patch, which keeps flash attention's one-row decode on the path batched rows take, and takes passes
+# of a few rows through fa_rows.cpp (blocks of the KV cache shared by their heads, sums vectorized).
 KERNEL_FILES = ("sbq4.cpp", "sbq4.h", "sbk.cpp", "sbk.h", "sbkx8.cpp", "sbq6x8.cpp", "q8k.cpp", "fa_rows.cpp")
 HOOKS = ("sbq4-hook.patch", "sbk-hook.patch", "sbkx8-hook.patch", "sbq4-arm-hook.patch", "frhead.patch",
          "sbq6x8-hook.patch", "q8k-hook.patch", "fa-hook.patch")
