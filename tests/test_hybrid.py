@@ -32,6 +32,7 @@ class _Model:
     """Counts the model drafter's calls; proposes nothing."""
 
     name = "fake"
+    window = 0
 
     def __init__(self):
         self.calls, self.accepted = 0, []

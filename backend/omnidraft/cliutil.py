@@ -46,7 +46,7 @@ _LR = (1e-12, 10.0)
 FLAG_RANGES: dict[str, Range] = {
     # model settings (omnidraft.runtime.session.Settings: generate, serve, adapt)
     "k": (1, 32), "p_min": _SHARE, "n_ctx": (64, 1 << 20), "draft_n_ctx": (64, 1 << 20),
-    "threads": _THREADS, "draft_threads": _THREADS, "gpu_layers": (-1, 100_000), "ngram_budget_kb": (0, 1 << 24),
+    "draft_window": (0, 1 << 20), "threads": _THREADS, "draft_threads": _THREADS, "gpu_layers": (-1, 100_000), "ngram_budget_kb": (0, 1 << 24),
     # sampling (generate)
     "max_tokens": (1, 1 << 20), "temp": TEMPERATURE, "temperature": TEMPERATURE, "top_p": _SHARE,
     "top_k": (0, 1 << 20), "seed": _SEED, "budget": (1, 1 << 34),  # distill head-rank: characters a source

@@ -229,6 +229,8 @@ def _agree(draft: Sequence[int], truth: Sequence[int]) -> int:
 class LabDrafter:
     """The composition under test: context lookup (optional), then the memory (optional), then the model."""
 
+    window = 0  # its model reads the whole prompt
+
     def __init__(self, model, memory: StreamMemory | None, use_lookup: bool):
         self.name, self.model, self.memory, self.use_lookup = "lab", model, memory, use_lookup
         self.tokens: list[int] = []

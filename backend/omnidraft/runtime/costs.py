@@ -1,8 +1,8 @@
 """The cost model store: timings measured once per machine and kept in the state dir.
 
 The cost model the policies start from (T_verify(n), T_draft: read from ``costmodel.json``, else timed and
-kept; dropped when live one-token passes drift away from it) and the drafter's automatic thread count
-(``threads.json``).  Both are keyed by the machine, build, model files, kernel modes and threads
+kept; dropped when live one-token passes drift away from it), the target's pass ratios at the long contexts
+requests reached (``ctxcost.json``, llama.ctxcost) and the drafter's automatic thread count (``threads.json``).  Both are keyed by the machine, build, model files, kernel modes and threads
 (``costmodel.cache_key``), so a swapped-in drafter file, or a tuned thread count, gets its own entry."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 from omnidraft import statefile
 from omnidraft.llama import costmodel
 from omnidraft.llama.costmodel import CostModel
+from omnidraft.llama.ctxcost import ContextCosts, ContextRatios
 from omnidraft.speculative.policy import DraftPolicy
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class CostStore:
     def __init__(self, models: LoadedPair, root: Path):
         self.models, self.root = models, root
         self.model: CostModel | None = None
+        self._contexts: ContextCosts | None = None
 
     def key(self) -> str:
         m = self.models
@@ -71,8 +73,23 @@ class CostStore:
                 self.forget()
 
     def forget(self) -> None:
-        """Live timings drifted from the cached cost model: measure again at the next start."""
+        """Live timings drifted from the cached cost model: measure again at the next start (the context ratios
+        too: they were timed at the same pace)."""
         costmodel.store(self.key(), self.root / "costmodel.json", None)
+        statefile.write(self.root / "ctxcost.json", self.key(), None)
+
+    def contexts(self) -> ContextCosts | None:
+        """The target's pass ratios by context, for the cost policy's generators: the start-up model's, then those
+        timed at longer contexts (kept in ``ctxcost.json``, one entry a cost-model key).  None before the cost
+        model is known (``measure``)."""
+        if self.model is None:
+            return None
+        if self._contexts is None:
+            path, key = self.root / "ctxcost.json", self.key()
+            ratios = ContextRatios.from_dict(statefile.read(path, key)) or ContextRatios.from_startup(
+                self.model.t_verify)
+            self._contexts = ContextCosts(ratios, lambda r: statefile.write(path, key, r.as_dict()))
+        return self._contexts
 
     def draft_threads(self) -> int:
         """The drafter's thread count: read from threads.json, else timed against fewer threads (under a

@@ -75,7 +75,7 @@ class LoadedPair:
         else:
             cache = NGramCache.open(self.state.ngram_path(bridge), bridge.draft_fp, bridge.target_fp,
                                     s.ngram_budget_kb * 1024, s.ngram_policy)
-        return PairContext(draft, self.target, bridge, cache)
+        return PairContext(draft, self.target, bridge, cache, s.draft_window)
 
     def _draft_config(self) -> EngineConfig:
         s = self.settings

@@ -86,8 +86,9 @@ class Session:
 
     def compose(self, method: str, pair: PairContext | None, policy: DraftPolicy) -> Generator:
         """A generator on this session's target: ``method``'s drafter over ``pair``, drafting by ``policy``."""
+        contexts = self.costs.contexts() if self.settings.context_prices else None
         return Generator(self.target, make_drafter(method, pair), policy, method, self.max_verify_batch,
-                         self.plan.guard)
+                         self.plan.guard, contexts)
 
     def _predictor(self, learner: str):
         return self.state.predictor(learner, self.drafter_version, self.pair.bridge) if self.pair else None

@@ -9,6 +9,8 @@ from omnidraft.errors import BadRequest
 from omnidraft.llama.engine import AUTO, KERNEL_CHOICES
 from omnidraft.runtime.formats import check_wide
 from omnidraft.speculative.methods import METHODS
+
+DRAFT_WINDOW = 512  # see drafters.window_start
 from omnidraft.speculative.policy import PolicyConfig
 
 
@@ -27,8 +29,14 @@ class Settings:
     k: int = field(default=4, metadata={"help": "maximum draft length per step", "short": "-k"})
     policy: str = field(default="cost", metadata={"help": "draft-length policy: fixed|threshold|gamma|cost"})
     p_min: float = field(default=0.3, metadata={"help": "stop drafting below this drafter top-1 probability"})
+    context_prices: bool = field(default=True, metadata={
+        "help": "cost policy: time the target's passes once at each longer context a prompt reaches, and price "
+                "drafts by the context (off: start-up's prices at every length)"})
     n_ctx: int = field(default=4096, metadata={"help": "context window of the target (tokens)"})
     draft_n_ctx: int = field(default=4096, metadata={"help": "context window of the drafter (tokens)"})
+    draft_window: int = field(default=DRAFT_WINDOW, metadata={
+        "help": "the most prompt tokens the drafter reads, the latest ones (0 = all): each of its passes attends "
+                "over what it read, and reading a long prompt delays the first token"})
     threads: int = field(default=0, metadata={"help": "CPU threads (0 = all cores)"})
     draft_threads: int = field(default=0, metadata={
         "help": "drafter CPU threads (0 = auto: --threads and fewer timed once per machine, the fastest kept)"})

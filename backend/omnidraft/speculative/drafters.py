@@ -70,6 +70,7 @@ class DraftCounters:
 
 class Drafter(Protocol):
     name: str
+    window: int  # the most prompt tokens ``begin`` reads (0: all; a drafter without a model reads none)
 
     def begin(self, prompt: PromptInput, read: bool = True) -> None:
         """Start a new request with this prompt.  ``read=False``: the policy expects no drafting to pay, so a
@@ -90,8 +91,10 @@ class ModelDrafter:
     """A small LM drafting in its own vocabulary, translated for the target."""
 
     def __init__(self, name: str, engine: Engine, translator: Translator, codec: Codec,
-                 allowed: np.ndarray | None = None, eog_ids: frozenset[int] = frozenset()):
+                 allowed: np.ndarray | None = None, eog_ids: frozenset[int] = frozenset(), window: int = 0):
+        """``window``: read only the prompt's last ``window`` to ``window`` + WINDOW_STRIDE tokens (0: all of it)."""
         self.name, self.engine, self.translator, self.codec = name, engine, translator, codec
+        self.window = window
         # a frequency-ranked head (FR-Spec): logits column j is token head[j]; the row is cut to the head and
         # every per-token step (mask, argmax, features) runs over its K columns instead of the whole vocabulary
         self._head = engine.head_ids
@@ -109,6 +112,7 @@ class ModelDrafter:
 
     def begin(self, prompt: PromptInput, read: bool = True) -> None:
         ids = self._prompt_ids(prompt)
+        ids = ids[window_start(len(ids), self.window):]
         self.translator.begin(prompt.target_ids)
         self.ctx = ids
         self.disabled = len(ids) + 16 > self.engine.n_ctx
@@ -211,6 +215,8 @@ class ModelDrafter:
 class PromptLookupDrafter:
     """No model: propose the continuation of the latest earlier match of the context's last n-gram."""
 
+    window = 0  # nothing to read: it searches the whole context as target ids
+
     def __init__(self, name: str = "prompt-lookup", max_ngram: int = 3, min_ngram: int = 1):
         self.name, self.max_ngram, self.min_ngram = name, max_ngram, min_ngram
         self.tokens: list[int] = []
@@ -243,6 +249,7 @@ class LookupFirstDrafter:
 
     def __init__(self, name: str, model: Drafter, min_ngram: int = 2, max_ngram: int = 4):
         self.name, self.model = name, model
+        self.window = model.window  # lookup searches the whole prompt; only the model reads
         self.lookup = PromptLookupDrafter(f"{name}/lookup", max_ngram=max_ngram, min_ngram=min_ngram)
 
     def begin(self, prompt: PromptInput, read: bool = True) -> None:
@@ -260,6 +267,23 @@ class LookupFirstDrafter:
     def stats(self) -> dict:
         return {**self.model.stats(), "name": self.name, "lookup": self.lookup.stats()}
 
+
+WINDOW_STRIDE_SHARE = 4  # the window's start moves in steps of a quarter of it
+
+
+def window_start(n: int, window: int) -> int:
+    """Where a drafter with a ``window`` starts reading a context of ``n`` tokens: 0 if it fits, else as late as
+    leaves at least ``window`` tokens, in steps of window / WINDOW_STRIDE_SHARE, so that the start stays put while a
+    chat's prompt grows by a turn and the drafter keeps its cache of the prefix (``Engine.reuse_prefix``).
+
+    Why a window: each of a drafter's passes attends over its whole cache, and it reads the prompt before it drafts.
+    The served drafter on a 2-core Zen 4 ran a one-token pass in 3.4 ms at 128 cells, 9.5 ms at 2,048 (a quarter of
+    the 1.5B target's decode), and took 2.2 s to read 2,048 tokens: on a held-out 2,262-token prompt the default's
+    first token came 2.1 s after its target alone's.  Lookup drafting (hybrid) still searches the whole prompt."""
+    if not window or n <= window:
+        return 0
+    stride = max(1, window // WINDOW_STRIDE_SHARE)
+    return (n - window) // stride * stride
 
 
 def prompt_lookup(tokens: Sequence[int], k: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:

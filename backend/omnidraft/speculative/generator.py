@@ -19,6 +19,7 @@ import numpy as np
 
 from omnidraft.vocab import chat
 from .drafters import Drafter, PromptInput
+from omnidraft.llama.ctxcost import ContextCosts
 from omnidraft.llama.engine import Engine
 from omnidraft.cliutil import TEMPERATURE
 from omnidraft.errors import BadRequest, ContextOverflow
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 VERIFICATION_MODES = ("exact", "approx-rs")
 MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's top_logprobs
+REPRICE_CELLS = 256  # the context grown this much since the policy's prices were set: set them again
 
 
 @dataclass
@@ -88,7 +90,8 @@ class Generator:
 
     def __init__(self, target: Engine, drafter: Drafter | None = None,
                  policy: DraftPolicy | PolicyConfig | None = None, method: str = "target", max_verify_batch: int = 7,
-                 guard: float = 0.0):
+                 guard: float = 0.0, contexts: ContextCosts | None = None):
+        """``contexts``: what target passes cost as the context grows (llama.ctxcost); None: start-up's prices."""
         self.target = target
         self.drafter = drafter
         self.method = method
@@ -101,6 +104,8 @@ class Generator:
         # the running stream's statistics, counted every step: what a consumer that stops the stream
         # early (a server's timeout) reports as produced
         self.live_stats: GenerationStats | None = None
+        self.contexts = contexts
+        self._priced_at = 0  # the context length the policy's pass prices were last set for
 
     # ---------------------------------------------------------------- prompts
     def prompt_from_text(self, text: str) -> PromptInput:
@@ -146,8 +151,12 @@ class Generator:
         stats = self.live_stats = GenerationStats(self.method, prompt_tokens=len(ids))
         t0 = time.perf_counter()
         stats.reused_tokens = t.prefill(ids, params.reuse_prefix)
+        self._price_context(timing=True)
         if self.drafter is not None:  # the prompt's unread part: what the drafter would catch up on
-            self.drafter.begin(prompt, self.policy.begin_request(len(ids) - stats.reused_tokens, max_new))
+            unread = len(ids) - stats.reused_tokens
+            if self.drafter.window:  # of a long prompt it reads only the latest tokens (drafters.window_start)
+                unread = min(unread, self.drafter.window)
+            self.drafter.begin(prompt, self.policy.begin_request(unread, max_new))
         stats.prefill_s = time.perf_counter() - t0
         sp = params.sampling()
         uniforms = np.random.default_rng(params.seed).random(max_new + self.max_verify_batch + 1)
@@ -190,13 +199,23 @@ class Generator:
             stats.close_step(step, now - lap, sync_s)
             # the drafter's catching up is the price of the steps it sat out, not of this one's drafting
             self.policy.observe_lap(step.drafted > 0 or step.proposed > 0, len(new), now - lap - step.catchup_s)
-            lap = now
+            if t.n_past >= self._priced_at + REPRICE_CELLS:
+                self._price_context(timing=False)
+            lap = time.perf_counter()
         yield from text.finish()
         stats.completion_tokens = len(out)
         stats.total_s = time.perf_counter() - t0
         stats.policy_note = self.policy.note(self.max_draft) if self.drafter is not None \
             else "no drafter, the target ran alone"
         yield Final(text.text, out, finish, stats, steps, [lp for _, lp in text.released])
+
+    def _price_context(self, timing: bool) -> None:
+        """Set the cost policy's pass prices for the context now (``DraftPolicy.follow_context``).  Only a request's
+        start may time passes (``timing``): within the loop, the time would be charged to a step."""
+        if self.contexts is None or self.drafter is None or not self.policy.rule.seeded_with_costs:
+            return
+        self._priced_at = self.target.n_past
+        self.policy.follow_context(self.contexts.growth(self.target, self.policy.cap(self.max_draft) + 1, timing))
 
     @property
     def max_draft(self) -> int:

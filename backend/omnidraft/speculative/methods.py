@@ -31,20 +31,22 @@ NEEDS_DRAFT_MODEL = ("same-vocab", "tli", "slem", "omnidraft", "hybrid")
 class PairContext:
     """What model-based methods share for one (drafter, target) pair: codecs, bridge, n-gram cache."""
 
-    def __init__(self, draft: Engine, target: Engine, bridge: VocabBridge, cache: NGramCache):
-        self.draft, self.target, self.bridge, self.cache = draft, target, bridge, cache
+    def __init__(self, draft: Engine, target: Engine, bridge: VocabBridge, cache: NGramCache, window: int = 0):
+        """``window``: the most prompt tokens a model drafter reads (``ModelDrafter``; 0: all of them)."""
+        self.draft, self.target, self.bridge, self.cache, self.window = draft, target, bridge, cache, window
         self.draft_codec = Codec(draft)
         self.target_codec = Codec(target)
 
 
 def _omnidraft(p: PairContext) -> Drafter:
     tr = OmniTranslator(p.bridge, p.cache, p.draft_codec, p.target_codec)
-    return ModelDrafter("omnidraft", p.draft, tr, p.draft_codec, eog_ids=frozenset(p.bridge.eog_d2t))
+    return ModelDrafter("omnidraft", p.draft, tr, p.draft_codec, eog_ids=frozenset(p.bridge.eog_d2t),
+                        window=p.window)
 
 
 def _slem(p: PairContext) -> Drafter:
     tr = TextTranslator(p.bridge, p.draft_codec, p.target_codec)
-    return ModelDrafter("slem", p.draft, tr, p.draft_codec, eog_ids=frozenset(p.bridge.eog_d2t))
+    return ModelDrafter("slem", p.draft, tr, p.draft_codec, eog_ids=frozenset(p.bridge.eog_d2t), window=p.window)
 
 
 def _tli(p: PairContext) -> Drafter:
@@ -52,7 +54,7 @@ def _tli(p: PairContext) -> Drafter:
     for d in p.bridge.eog_d2t:
         allowed[d] = True
     return ModelDrafter("tli", p.draft, DirectTranslator(p.bridge), p.draft_codec, allowed=allowed,
-                        eog_ids=frozenset(p.bridge.eog_d2t))
+                        eog_ids=frozenset(p.bridge.eog_d2t), window=p.window)
 
 
 def _same_vocab(p: PairContext) -> Drafter:
@@ -60,7 +62,7 @@ def _same_vocab(p: PairContext) -> Drafter:
         raise VocabularyMismatch("same-vocab needs a drafter with the target's exact vocabulary "
                                  "(e.g. qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b)")
     eog = frozenset(int(t) for t in p.draft.eog_ids)
-    return ModelDrafter("same-vocab", p.draft, IdentityTranslator(), p.draft_codec, eog_ids=eog)
+    return ModelDrafter("same-vocab", p.draft, IdentityTranslator(), p.draft_codec, eog_ids=eog, window=p.window)
 
 
 def _hybrid(p: PairContext) -> Drafter:

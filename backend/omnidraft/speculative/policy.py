@@ -43,6 +43,7 @@ class DraftPolicy:
         self._ratio: dict[int, float] = {}
         # the same ratios, kept: the least T(n) / T(1) a stale T(1) is re-derived by (``_rederive_t1``)
         self._startup_ratio: dict[int, float] = {}
+        self._seed_ratio: dict[int, float] = {}  # the seeded cost model's, at its short context (``follow_context``)
         self._since_t1 = 0  # steps observed since the last one-token pass
         self.price = DraftPrice()  # the drafter's passes and its catching up (draftprice.py)
         # target tokens written since the drafter last drafted (it reads them before its next draft)
@@ -321,6 +322,22 @@ class DraftPolicy:
             self.t_verify[1] = self.t_verify[n] / max(self._startup_ratio[n], self._ratio.get(n, 0.0))
             self._follow_t1(n)
 
+    def follow_context(self, growth: dict[int, float]) -> None:
+        """Price passes for the context at hand: ``growth[n]`` is T(n) / T(1) there over the seeded model's
+        (llama.ctxcost; empty: as seeded).  Start-up's ratios become the seeded ones times the growth, and the
+        ratios learnt live move with them, so that a ratio learnt at 2,000 cells is not carried into a
+        100-token request, nor the other way round; every size then follows T(1) at its new ratio.
+
+        Each row of a pass attends over the whole cache: at 1,536 cells the 1.5B's T(5) / T(1) was 2.19 against
+        1.53 at start-up's 128 (2-core Zen 4), and priced at 1.53 the policy drafted at a loss on long prompts."""
+        for n, seed in self._seed_ratio.items():
+            # a size not timed there grows as the largest one below it that was (a GPU's sizes past k + 1)
+            below = [m for m in growth if m <= n]
+            now = seed * (growth[max(below)] if below else 1.0)
+            self._ratio[n] = self._ratio.get(n, now) * now / self._startup_ratio[n]
+            self._startup_ratio[n] = now
+        self._follow_t1(1)
+
     def _follow_t1(self, timed: int) -> None:
         """Put every size with a ratio, but the one just ``timed``, at its ratio to T(1)."""
         for m, r in self._ratio.items():
@@ -365,7 +382,7 @@ class DraftPolicy:
             if n < len(self.t_verify):
                 self.t_verify[n], self.n_verify[n] = t, max(self.n_verify[n], 1)
                 if n > 1 and t_verify.get(1):
-                    self._ratio[n] = self._startup_ratio[n] = t / t_verify[1]
+                    self._ratio[n] = self._startup_ratio[n] = self._seed_ratio[n] = t / t_verify[1]
         self.price.seed(t_draft, t_draft_n)
 
 

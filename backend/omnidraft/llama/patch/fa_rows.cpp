@@ -184,15 +184,10 @@ inline void accumulate(float * vkq, float ms, const float * p, const float * vf,
     }
 }
 
-// A block's rows of K or V, from the cache's type to f32.
-inline void widen_rows(const char * head, size_t stride, ggml_type type, int64_t c0, int64_t n, int64_t D, float * out) {
+// A block's rows of K or V, from the f16 cache to f32 (f32 caches are read where they lie).
+inline void widen_rows(const char * head, size_t stride, int64_t c0, int64_t n, int64_t D, float * out) {
     for (int64_t c = 0; c < n; c++) {
-        const char * row = head + (c0 + c) * stride;
-        if (type == GGML_TYPE_F16) {
-            ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) row, out + c * D, D);
-        } else {
-            memcpy(out + c * D, row, D * sizeof(float));
-        }
+        ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) (head + (c0 + c) * stride), out + c * D, D);
     }
 }
 
@@ -304,8 +299,8 @@ extern "C" void ggml_sbk_fa_rows(const ggml_compute_params * params, ggml_tensor
                 const int64_t ks = f32 ? (int64_t) (nbk1 / sizeof(float)) : DK;
                 const int64_t vs = f32 ? (int64_t) (nbv1 / sizeof(float)) : DV;
                 if (!f32 && any && (widened_k != t.k_head || widened_v != t.v_head)) {
-                    widen_rows(t.k_head, nbk1, k->type, c0, nc, DK, kf);
-                    widen_rows(t.v_head, nbv1, v->type, c0, nc, DV, vf);
+                    widen_rows(t.k_head, nbk1, c0, nc, DK, kf);
+                    widen_rows(t.v_head, nbv1, c0, nc, DV, vf);
                     widened_k = t.k_head;
                     widened_v = t.v_head;
                 }

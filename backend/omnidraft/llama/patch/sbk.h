@@ -89,9 +89,10 @@ void ggml_sbk_mul_mat(const struct ggml_compute_params * params, struct ggml_ten
 // bit-identical to decoding for batches of up to 63 (ggml's tiled path starts at 64): 1 unless OMNIDRAFT_SBQ4
 // is "0" (read at every call).
 int ggml_sbk_fa_rows_invariant(void);
-// fa_rows.cpp: whether dst (a FLASH_ATTN_EXT) is one ggml_sbk_fa_rows reproduces (f32 Q, f32 or f16 K and V of one
-// type, no sinks) and rows must be invariant; then the work items [ir0, ir1) of ggml's chunk, one_chunk's arithmetic
-// per item, the KV cache swept once for all of them.
+// fa_rows.cpp: whether dst (a FLASH_ATTN_EXT) is one ggml_sbk_fa_rows computes (f32 Q, f32 or f16 K and V of one
+// type, no sinks) and rows must be invariant; then the work items [ir0, ir1) of ggml's chunk, each row's arithmetic
+// independent of the batch (not one_chunk's bits: f32 sums in another order), the KV cache read in blocks shared by
+// the items of a KV head.
 int ggml_sbk_fa_rows_takes(const struct ggml_tensor * dst);
 void ggml_sbk_fa_rows(const struct ggml_compute_params * params, struct ggml_tensor * dst, int64_t ir0, int64_t ir1);
 
