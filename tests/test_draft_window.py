@@ -45,3 +45,33 @@ def test_a_long_prompt_is_read_from_its_window_and_the_output_stays_the_target_a
     assert drafter.ctx[:read[0]] == prompt.tokenize(drafter.engine)[-read[0]:]  # the latest tokens, in order
     assert final.token_ids == target_reference(s.target, prompt, params)
     assert final.stats.proposed > 0 and final.stats.accepted > 0, final.stats
+
+
+def test_a_prompt_grown_by_a_turn_reuses_the_drafters_cached_window(default_session):
+    """A chat resends its history each turn: while the window's start stays put, the drafter reads only the new
+    tokens, from the cache the last request left."""
+    from omnidraft.speculative.drafters import PromptInput
+    from omnidraft.speculative.methods import make_drafter
+
+    s = default_session
+    drafter = make_drafter("omnidraft", s.pair)
+    drafter.window = 256
+    e = drafter.engine
+    turn = "\n# and now, a test for it:\ndef test_wrap():\n"
+    text = _long_prompt(900)
+    while True:  # a first prompt whose window starts where the grown one's does
+        first, grown = (PromptInput([1], t.encode()) for t in (text, text + turn))
+        n1, n2 = len(first.tokenize(e)), len(grown.tokenize(e))
+        if window_start(n1, 256) == window_start(n2, 256):
+            break
+        text = text[:-40]
+    drafter.begin(first)
+    decoded = []
+    decode = e.decode
+    e.decode = lambda ids, *a: decoded.append(len(ids)) or decode(ids, *a)
+    try:
+        drafter.begin(grown)
+    finally:
+        del e.decode  # the session's drafter engine is shared with other tests
+    assert n2 - n1 >= 8 and 0 < sum(decoded) <= n2 - n1 + 2, (n1, n2, decoded)
+    assert len(e.tokens) == n2 - window_start(n2, 256) - 1  # the window but its last token, which draft() reads
