@@ -123,3 +123,19 @@ def test_a_long_prompt_is_timed_once_rolled_back_and_kept(default_session, targe
     assert _same(again.contexts().ratios.points, contexts.ratios.points)
     again.forget()  # a drifted cost model takes the context ratios with it
     assert json.loads((tmp_path / "ctxcost.json").read_text()) == {}
+
+
+def test_a_context_is_not_timed_where_no_draft_can_pay(default_session, tmp_path):
+    from omnidraft.llama.ctxcost import ContextCosts
+
+    s = default_session
+    pol = DraftPolicy(PolicyConfig(name="cost", k=4))
+    pol.seed_costs({n: 0.02 * n for n in range(1, 7)}, 0.004)  # n rows cost n decodes: nothing can pay
+    assert pol.ceiling(4) < 1.0
+    gen = s.compose("omnidraft", s.pair, pol)
+    gen.contexts = ContextCosts(ContextRatios.from_startup({n: 0.02 * n for n in range(1, 7)}))
+    prompt = gen.prompt_from_text(_long_prompt(900))
+    s.target.prefill(prompt.target_ids, reuse=False)
+    assert s.target.n_past >= MIN_CONTEXT
+    gen._price_context(timing=True)
+    assert gen.contexts.timed_s == 0 and list(gen.contexts.ratios.points) == [BASE_CONTEXT]

@@ -214,8 +214,12 @@ class Generator:
         start may time passes (``timing``): within the loop, the time would be charged to a step."""
         if self.contexts is None or self.drafter is None or not self.policy.rule.seeded_with_costs:
             return
+        k = self.policy.cap(self.max_draft)
+        # where no draft pays even at 100 % acceptance (the 0.5B on 2 cores), a longer context only makes passes
+        # dearer: timing them would be paid for nothing
+        timing = timing and self.policy.ceiling(k) > 1.0
         self._priced_at = self.target.n_past
-        self.policy.follow_context(self.contexts.growth(self.target, self.policy.cap(self.max_draft) + 1, timing))
+        self.policy.follow_context(self.contexts.growth(self.target, k + 1, timing))
 
     @property
     def max_draft(self) -> int:
