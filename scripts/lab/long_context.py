@@ -1,8 +1,8 @@
 """The default generation and the target alone on long prompts, A against B: fa_rows.cpp against ggml's one_chunk
 (``--ab fa-rows``: OMNIDRAFT_FA_ROWS=0), or pass prices that follow the context against start-up's (``--ab
-context-prices``: --no-context-prices) and against a drafter that reads the whole prompt (--draft-window 0).  One `omnidraft generate --json` process a run, the configurations alternated
-per prompt and round, greedy.  Prints and saves tok/s, time to the first token and whether every default run wrote
-its target alone's text.
+context-prices``: --no-context-prices) and against a drafter that reads the whole prompt (--draft-window 0).  One
+`omnidraft generate --json` process a run, the configurations alternated per prompt and round, greedy.  Prints and
+saves tok/s, time to the first token and whether every default run wrote its target alone's text.
 
     .venv/bin/python scripts/lab/long_context.py --prompts DIR/*.txt --max-tokens 96 --rounds 2 --out DIR/long.json
 
@@ -73,7 +73,8 @@ def table_of(runs: dict[str, dict[str, list[dict]]], configs: dict) -> tuple[lis
     labels = [k for k in configs if k in next(iter(runs.values()))]
     drafting = [k for k in labels if configs[k][3] != k]
     table = ["| prompt | tokens | " + " | ".join(f"{k} tok/s" for k in labels) + " | "
-             + " | ".join(f"{k} / its target alone" for k in drafting) + " | end to end (prompt read too) | first token s ("
+             + " | ".join(f"{k} / its target alone" for k in drafting)
+             + " | end to end (prompt read too) | first token s ("
              + " / ".join(labels) + ") | same text as its target alone |", ""]
     summary = {}
     for name, cfg in runs.items():
@@ -130,7 +131,8 @@ def main() -> None:
     table, summary = table_of(runs, AB[a.ab])
     print("\n".join(table))
     if a.out:
-        write_json(Path(a.out), {"ab": a.ab, "state": a.state, "max_tokens": a.max_tokens, "rounds": a.rounds, "target": a.target,
+        write_json(Path(a.out), {"ab": a.ab, "state": a.state, "max_tokens": a.max_tokens, "rounds": a.rounds,
+                                 "target": a.target,
                                  "summary": summary, "runs": runs, "table": table})
 
 

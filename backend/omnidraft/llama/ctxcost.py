@@ -2,9 +2,10 @@
 
 The start-up cost model times passes after a 128-token prefix.  Each row of a pass also attends over the whole
 cache, so a pass of n rows grows dearer with the context faster than a decode does: the 1.5B Q4_K_M on a 2-core
-Zen 4 (fast mode, fa_rows.cpp), T(5) / T(1) 1.53 at 128 cells, 2.19 at 1,536 and 2.06-2.10 at 2,048-3,072
-(results/issue41/zen4-41).  Priced at start-up's ratios, the cost policy drafted at a loss on a held-out
-2,262-token prompt (0.97x its target alone).
+Zen 4 (fast mode, fa_rows.cpp), T(5) / T(1) 1.53 at 128 cells, 2.19 at 1,536 (results/issue41/zen4-41) and
+2.06-2.10 at 2,048-3,072 (zen4-40).  Priced at start-up's ratios, a policy weighs drafts at the wrong price past
+1,000 tokens.  (What it bought end to end was within the runs' noise on three held-out long prompts: BENCHMARKS.md
+"Long prompts, continued".)
 
 So a request whose context is well past every one timed so far times T(1..k+1) there once, each pass rolled
 back (``time_at_context``), and the ratios at any other context follow linearly from the points timed

@@ -2,8 +2,9 @@
 
 The cost model the policies start from (T_verify(n), T_draft: read from ``costmodel.json``, else timed and
 kept; dropped when live one-token passes drift away from it), the target's pass ratios at the long contexts
-requests reached (``ctxcost.json``, llama.ctxcost) and the drafter's automatic thread count (``threads.json``).  Both are keyed by the machine, build, model files, kernel modes and threads
-(``costmodel.cache_key``), so a swapped-in drafter file, or a tuned thread count, gets its own entry."""
+requests reached (``ctxcost.json``, llama.ctxcost) and the drafter's automatic thread count (``threads.json``).
+All are keyed by the machine, build, model files, kernel modes and threads (``costmodel.cache_key``), so a
+swapped-in drafter file, or a tuned thread count, gets its own entry."""
 
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ from omnidraft.errors import BadRequest
 from omnidraft.llama.engine import AUTO, KERNEL_CHOICES
 from omnidraft.runtime.formats import check_wide
 from omnidraft.speculative.methods import METHODS
-
-DRAFT_WINDOW = 512  # see drafters.window_start
 from omnidraft.speculative.policy import PolicyConfig
+
+DRAFT_WINDOW = 512  # the prompt tokens the drafter reads at most (drafters.window_start; BENCHMARKS.md "Long prompts")
 
 
 @dataclass

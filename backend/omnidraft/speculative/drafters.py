@@ -92,7 +92,7 @@ class ModelDrafter:
 
     def __init__(self, name: str, engine: Engine, translator: Translator, codec: Codec,
                  allowed: np.ndarray | None = None, eog_ids: frozenset[int] = frozenset(), window: int = 0):
-        """``window``: read only the prompt's last ``window`` to ``window`` + WINDOW_STRIDE tokens (0: all of it)."""
+        """``window``: read only a prompt's latest ``window`` to 1.25 x ``window`` tokens (``window_start``; 0: all)."""
         self.name, self.engine, self.translator, self.codec = name, engine, translator, codec
         self.window = window
         # a frequency-ranked head (FR-Spec): logits column j is token head[j]; the row is cut to the head and
@@ -277,9 +277,11 @@ def window_start(n: int, window: int) -> int:
     chat's prompt grows by a turn and the drafter keeps its cache of the prefix (``Engine.reuse_prefix``).
 
     Why a window: each of a drafter's passes attends over its whole cache, and it reads the prompt before it drafts.
-    The served drafter on a 2-core Zen 4 ran a one-token pass in 3.4 ms at 128 cells, 9.5 ms at 2,048 (a quarter of
-    the 1.5B target's decode), and took 2.2 s to read 2,048 tokens: on a held-out 2,262-token prompt the default's
-    first token came 2.1 s after its target alone's.  Lookup drafting (hybrid) still searches the whole prompt."""
+    The served drafter on a 2-core Zen 4 ran a one-token pass in 3.4 ms at 128 cells and 10.6 ms at 2,048 (a quarter
+    of the 1.5B target's decode there), and took 2.2 s to read 2,048 tokens (``scripts/lab/draft_context.py``).  On
+    three held-out 1.2-2.3k-token prompts the default ran 1.15-1.53x its target alone with a window of 512, 1.09-1.39x
+    reading the whole prompt (BENCHMARKS.md "Long prompts, continued").  Lookup drafting (hybrid) still searches the
+    whole prompt."""
     if not window or n <= window:
         return 0
     stride = max(1, window // WINDOW_STRIDE_SHARE)
