@@ -4,6 +4,7 @@ long prompt timed once, rolled back, kept, and still generating exactly the targ
 import inspect
 import json
 import textwrap
+import types
 
 import pytest
 
@@ -139,3 +140,35 @@ def test_a_context_is_not_timed_where_no_draft_can_pay(default_session, tmp_path
     assert s.target.n_past >= MIN_CONTEXT
     gen._price_context(timing=True)
     assert gen.contexts.timed_s == 0 and list(gen.contexts.ratios.points) == [BASE_CONTEXT]
+
+
+class _Full:
+    """An engine whose context is nearly full: no pass may be timed in it."""
+
+    n_ctx, n_past, tokens = 2048, 2045, list(range(2045))
+    config = types.SimpleNamespace(n_gpu_layers=0)
+
+    def decode(self, ids, logits_for="last"):
+        raise AssertionError("no room: nothing may be decoded")
+
+
+class _Failing(_Full):
+    n_past, tokens = 1500, list(range(1500))
+
+    def decode(self, ids, logits_for="last"):
+        from omnidraft.errors import EngineError
+        raise EngineError("llama_decode returned 1 (no KV slot)")
+
+    def rollback(self, n):
+        pass
+
+
+def test_a_full_context_or_a_failing_pass_leaves_the_request_priced_from_the_points_known():
+    from omnidraft.llama.ctxcost import ContextCosts
+
+    saved = []
+    costs = ContextCosts(ContextRatios.from_startup({1: 0.020, 2: 0.022, 3: 0.025}), saved.append)
+    assert costs.ratios.needs(1500) and costs.ratios.needs(2045)  # both would be timed, room and passes allowing
+    assert costs.growth(_Full(), 5) == {}  # start-up's prices, not timed
+    assert costs.growth(_Failing(), 5) == {}  # the error is logged, the request goes on
+    assert list(costs.ratios.points) == [BASE_CONTEXT] and not saved

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from omnidraft.errors import EngineError
+
 from .engine import Engine
 
 log = logging.getLogger(__name__)
@@ -126,14 +128,28 @@ class ContextCosts:
         """T(n) / T(1) at the engine's context over start-up's (``ContextRatios.growth``), the passes of 1..max_rows
         timed there first if it needs them and ``timing`` allows (a request's start, not its steps)."""
         cells = engine.n_past
-        if timing and max_rows > 1 and self.ratios.needs(cells) and self.ratios.points:
-            t0 = time.perf_counter()
-            times = time_at_context(engine, range(1, max_rows + 1), self.rounds)
-            self.timed_s += time.perf_counter() - t0
-            self.ratios.add(cells, {n: t / times[1] for n, t in times.items() if n > 1})
-            log.info("target passes at %d cells of context: T(1) %.1f ms, T(n) / T(1) %s (timed in %.2f s)", cells,
-                     times[1] * 1e3, {n: round(t / times[1], 2) for n, t in times.items() if n > 1},
-                     time.perf_counter() - t0)
-            if self.save is not None:
-                self.save(self.ratios)
+        room = cells + max_rows <= engine.n_ctx  # a prompt that nearly fills the context leaves no room to time in
+        if timing and room and max_rows > 1 and self.ratios.needs(cells) and self.ratios.points:
+            self._time(engine, cells, max_rows)
         return self.ratios.growth(cells)
+
+    def _time(self, engine: Engine, cells: int, max_rows: int) -> None:
+        """Time the passes at ``cells`` and keep the point; a failure costs the request nothing but the point."""
+        t0 = time.perf_counter()
+        try:
+            times = time_at_context(engine, range(1, max_rows + 1), self.rounds)
+        except EngineError as e:
+            log.warning("target passes at %d cells of context could not be timed (%s): priced from the points known",
+                        cells, e)
+            return
+        finally:
+            self.timed_s += time.perf_counter() - t0
+        self.ratios.add(cells, {n: t / times[1] for n, t in times.items() if n > 1})
+        log.info("target passes at %d cells of context: T(1) %.1f ms, T(n) / T(1) %s (timed in %.2f s)", cells,
+                 times[1] * 1e3, {n: round(t / times[1], 2) for n, t in times.items() if n > 1},
+                 time.perf_counter() - t0)
+        if self.save is not None:
+            try:
+                self.save(self.ratios)
+            except OSError as e:  # the state dir was checked at start; kept for this process at least
+                log.warning("could not keep the context point: %s", e)
