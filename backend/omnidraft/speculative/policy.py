@@ -13,7 +13,7 @@ from omnidraft.llama.costmodel import CostModel, speedup
 from .guard import RateGuard
 from .predictor import AcceptancePredictor
 from .rules import (ACC_PRIOR, POLICIES, RULES, Outlook, PolicyConfig, Rule, StepCosts,  # noqa: F401 (re-exported)
-                    StopRule)
+                    StopRule, expected_tokens)
 from .draftprice import DraftPrice, ema
 from .step import StepOutcome  # re-exported: what the policy observes
 
@@ -323,17 +323,12 @@ class DraftPolicy:
             self._follow_t1(n)
 
     def follow_context(self, growth: dict[int, float]) -> None:
-        """Price passes for the context at hand: ``growth[n]`` is T(n) / T(1) there over the seeded model's
-        (llama.ctxcost; empty: as seeded).  Start-up's ratios become the seeded ones times the growth, and the
-        ratios learnt live move with them, so that a ratio learnt at 2,000 cells is not carried into a
-        100-token request, nor the other way round; every size then follows T(1) at its new ratio.
-
-        Each row of a pass attends over the whole cache: at 1,536 cells the 1.5B's T(5) / T(1) was 2.19 against
-        1.53 at start-up's 128 (2-core Zen 4), and priced at 1.53 the policy drafted at a loss on long prompts."""
+        """Price passes for the context at hand (llama.ctxcost): ``growth[n]`` is T(n) / T(1) there over the seeded
+        model's, a size not in it grows as the largest below it that is, and an empty one restores the seeded prices.
+        The ratios learnt live move with start-up's, so that a ratio learnt at 2,000 cells is not carried into a
+        100-token request, nor the other way round."""
         for n, seed in self._seed_ratio.items():
-            # a size not timed there grows as the largest one below it that was (a GPU's sizes past k + 1)
-            below = [m for m in growth if m <= n]
-            now = seed * (growth[max(below)] if below else 1.0)
+            now = seed * growth.get(max((m for m in growth if m <= n), default=0), 1.0)
             self._ratio[n] = self._ratio.get(n, now) * now / self._startup_ratio[n]
             self._startup_ratio[n] = now
         self._follow_t1(1)
@@ -396,13 +391,3 @@ def seeded_policy(cfg: PolicyConfig, method: str, costs: Callable[[], CostModel]
         free = method == "prompt-lookup"
         policy.seed_costs(cm.t_verify, 0.0 if free else cm.t_draft, None if free else cm.t_draft_n)
     return policy
-
-
-def expected_tokens(acc: list[float], k: int) -> float:
-    """Expected target tokens of a step verifying k candidates, candidate i kept with P ``acc[i]`` once i-1 was."""
-    tokens, reach = 1.0, 1.0
-    for a in acc[:k]:
-        reach *= a
-        tokens += reach
-    return tokens
-

@@ -270,3 +270,12 @@ class Cost(Rule):
 
 RULES: dict[str, Rule] = {"fixed": Fixed(), "threshold": Threshold(), "gamma": Gamma(), "cost": Cost()}
 POLICIES = tuple(RULES)
+
+
+def expected_tokens(acc: list[float], k: int) -> float:
+    """Expected target tokens of a step verifying k candidates, candidate i kept with P ``acc[i]`` once i-1 was."""
+    tokens, reach = 1.0, 1.0
+    for a in acc[:k]:
+        reach *= a
+        tokens += reach
+    return tokens
