@@ -116,7 +116,7 @@ def test_a_long_prompt_is_timed_once_rolled_back_and_kept(default_session, targe
     assert pol._startup_ratio[5] == pytest.approx(pol._seed_ratio[5] * growth[5])
     timed = contexts.timed_s
     assert timed > 0
-    assert gen.generate(prompt, params).token_ids == final.token_ids
+    contexts.growth(s.target, 5)  # the context the request left (prompt and output) is within the band timed
     assert contexts.timed_s == timed  # timed once: this context is known now
     # kept for the next process, under the same key as the cost model
     again = CostStore(s.models, tmp_path)
@@ -126,20 +126,19 @@ def test_a_long_prompt_is_timed_once_rolled_back_and_kept(default_session, targe
     assert json.loads((tmp_path / "ctxcost.json").read_text()) == {}
 
 
-def test_a_context_is_not_timed_where_no_draft_can_pay(default_session, tmp_path):
+def test_a_context_is_not_timed_where_no_draft_can_pay():
     from omnidraft.llama.ctxcost import ContextCosts
+    from omnidraft.speculative.generator import Generator
 
-    s = default_session
     pol = DraftPolicy(PolicyConfig(name="cost", k=4))
     pol.seed_costs({n: 0.02 * n for n in range(1, 7)}, 0.004)  # n rows cost n decodes: nothing can pay
     assert pol.ceiling(4) < 1.0
-    gen = s.compose("omnidraft", s.pair, pol)
-    gen.contexts = ContextCosts(ContextRatios.from_startup({n: 0.02 * n for n in range(1, 7)}))
-    prompt = gen.prompt_from_text(_long_prompt(900))
-    s.target.prefill(prompt.target_ids, reuse=False)
-    assert s.target.n_past >= MIN_CONTEXT
+    contexts = ContextCosts(ContextRatios.from_startup({n: 0.02 * n for n in range(1, 7)}))
+    target = _Long()  # 1,500 cells, room to time in; any decode fails the test
+    assert contexts.ratios.needs(target.n_past)
+    gen = Generator(target, types.SimpleNamespace(window=0), pol, "omnidraft", 8, contexts=contexts)
     gen._price_context(timing=True)
-    assert gen.contexts.timed_s == 0 and list(gen.contexts.ratios.points) == [BASE_CONTEXT]
+    assert contexts.timed_s == 0 and list(contexts.ratios.points) == [BASE_CONTEXT]
 
 
 class _Full:
@@ -152,9 +151,11 @@ class _Full:
         raise AssertionError("no room: nothing may be decoded")
 
 
-class _Failing(_Full):
+class _Long(_Full):
     n_past, tokens = 1500, list(range(1500))
 
+
+class _Failing(_Long):
     def decode(self, ids, logits_for="last"):
         from omnidraft.errors import EngineError
         raise EngineError("llama_decode returned 1 (no KV slot)")
