@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
+from typing import Callable
 
 from omnidraft import statefile
 
@@ -94,30 +95,40 @@ def sample_passes(engine: Engine, sizes: range, rounds: int = 5, prefix_len: int
     engine.reset()
     engine.decode(prefix, "none")
     sizes = list(sizes)
-    gpu = bool(engine.config.n_gpu_layers)
     times: dict[int, list[float]] = {n: [] for n in sizes}
+    before = None
     if after is not None:
         other = after.tokenize(_PROBE)[:17]
         after.reset()
         after.decode(other[:-1], "none")
+
+        def before() -> None:
+            after.rollback(len(other) - 1)
+            after.decode(other[-1:], "last")
     for r in range(rounds + 1):
         for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
-            batch = (ids * (n // len(ids) + 1))[:n]
-            if gpu:  # an untimed pass of this size first
-                engine.rollback(prefix_len)
-                engine.decode(batch, "all")
-            if after is not None:
-                after.rollback(len(other) - 1)
-                after.decode(other[-1:], "last")
-            engine.rollback(prefix_len)
-            t0 = time.perf_counter()
-            engine.decode(batch, "all")
+            t = timed_pass(engine, (ids * (n // len(ids) + 1))[:n], prefix_len, before)
             if r:  # round 0 warms up graphs and caches
-                times[n].append(time.perf_counter() - t0)
+                times[n].append(t)
     engine.reset()
     if after is not None:
         after.reset()
     return times
+
+
+def timed_pass(engine: Engine, batch: list[int], base: int, before: Callable[[], None] | None = None) -> float:
+    """Seconds of one pass of ``batch`` after the engine's first ``base`` tokens, logits for every row (the pass is
+    left in the cache).  On a GPU an untimed pass of the same size comes first (``sample_passes`` says why);
+    ``before``: called just before the timed pass (another engine's, as in the loop)."""
+    if engine.config.n_gpu_layers:
+        engine.rollback(base)
+        engine.decode(batch, "all")
+    if before is not None:
+        before()
+    engine.rollback(base)
+    t0 = time.perf_counter()
+    engine.decode(batch, "all")
+    return time.perf_counter() - t0
 
 
 def time_passes(engine: Engine, sizes: range, repeats: int = 5, prefix_len: int = 128) -> dict[int, float]:

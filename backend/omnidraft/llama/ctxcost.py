@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 from omnidraft.errors import EngineError
 
+from .costmodel import timed_pass
 from .engine import Engine
 
 log = logging.getLogger(__name__)
@@ -98,18 +99,11 @@ def time_at_context(engine: Engine, sizes: Sequence[int], rounds: int = ROUNDS) 
     fill = list(engine.tokens[-max(sizes):])
     if len(fill) < max(sizes):
         raise ValueError(f"a context of {base} tokens is too short to time passes of {max(sizes)}")
-    gpu = bool(engine.config.n_gpu_layers)
     best: dict[int, float] = {n: float("inf") for n in sizes}
     try:
         for _ in range(rounds):
             for n in sizes:
-                if gpu:  # a change of batch size costs the GPU backend an untimed first pass (costmodel)
-                    engine.decode(fill[:n], "all")
-                    engine.rollback(base)
-                t0 = time.perf_counter()
-                engine.decode(fill[:n], "all")
-                best[n] = min(best[n], time.perf_counter() - t0)
-                engine.rollback(base)
+                best[n] = min(best[n], timed_pass(engine, fill[:n], base))
     finally:
         engine.rollback(base)
     return best

@@ -249,8 +249,12 @@ class LookupFirstDrafter:
 
     def __init__(self, name: str, model: Drafter, min_ngram: int = 2, max_ngram: int = 4):
         self.name, self.model = name, model
-        self.window = model.window  # lookup searches the whole prompt; only the model reads
         self.lookup = PromptLookupDrafter(f"{name}/lookup", max_ngram=max_ngram, min_ngram=min_ngram)
+
+    @property
+    def window(self) -> int:
+        """The model's: lookup searches the whole prompt, only the model reads it."""
+        return self.model.window
 
     def begin(self, prompt: PromptInput, read: bool = True) -> None:
         self.lookup.begin(prompt)
