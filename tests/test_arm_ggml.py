@@ -42,8 +42,8 @@ BUILDS = {"dotprod": llama_build.ARM_SAFE_ARCH, "i8mm": llama_build.ARM_SAFE_ARC
 # llama.cpp's top level (as llama-cpp-python configures it: ggml as its subproject), without the parts
 # the probe does not link
 LLAMA_OFF = ("COMMON", "TESTS", "TOOLS", "EXAMPLES", "SERVER", "APP")
-# the functions the hooks call, wrapped by the probe to count the products the kernels took
-WRAP = ("-Wl,--wrap=ggml_sbq4_mul_mat_as", "-Wl,--wrap=ggml_sbk_mul_mat")
+# the functions the hooks call, wrapped by the probes to count the products (and attention chunks) they took
+WRAP = ("-Wl,--wrap=ggml_sbq4_mul_mat_as", "-Wl,--wrap=ggml_sbk_mul_mat", "-Wl,--wrap=ggml_sbk_fa_rows")
 TOOLCHAIN = f"""set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_C_COMPILER {CC})

@@ -5,8 +5,9 @@ armv8.2-a+dotprod), libllama too, linked statically with that test's cached ggml
 tests/arm_llama_probe.cpp.  Two tiny
 random Llama GGUFs with a real 32,000-token vocabulary (tests/gguf_helpers.py): every matrix Q4_0 (the fast
 mode repacks them to block_q4_0x4: sbq4.cpp) and every matrix Q8_0 (the exact mode's plain weights:
-sbk.cpp).  For each, in both modes: 8 greedy tokens the same with OMNIDRAFT_SBQ4=1 and =0, batches of
-2..8 rows' logits bit-identical to one-row decoding, the kernels' products counted; a one-ulp drift fails.
+sbk.cpp).  For each, in both modes, with ggml's plain attention (f32 cache) and with flash attention (f16 cache,
+fa_rows.cpp): 8 greedy tokens the same with OMNIDRAFT_SBQ4=1 and =0, batches of 2..8 rows' logits bit-identical
+to one-row decoding, the kernels' products and fa_rows' chunks counted; a one-ulp drift fails.
 
 The libllama cross-build is long (see BUILD_NOTE), so this module runs where its cache exists
 (.cache/arm-ggml/<key>-llama) or where OMNIDRAFT_ARM_BUILD=1 lets it build; otherwise it skips, saying so.
@@ -85,8 +86,12 @@ def run(exe: Path, model: Path, cpu: str, threads: int = 2, **env: str):
                           capture_output=True, text=True, timeout=900, env={**os.environ, **env})
 
 
-def lines_by_mode(out: str) -> dict[int, str]:
-    return {int(x.split("repacked=")[1][0]): x for x in out.splitlines() if x.startswith("repacked=")}
+MODE = re.compile(r"^repacked=(\d) fa=(\d) ")
+
+
+def lines_by_mode(out: str) -> dict[tuple[int, int], str]:
+    """(repacked, flash attention) -> the probe's line for that mode."""
+    return {(int(m[1]), int(m[2])): x for x in out.splitlines() if (m := MODE.match(x))}
 
 
 # What must be bit-identical up to 8 rows, by (format, repacked): the products the kernels take, Q4_0
@@ -103,17 +108,24 @@ def test_tiny_model_decodes_the_same_rows_in_batches(probe, models, quant, cpu):
     proc = run(probe, models[quant], cpu)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("ok"), proc.stdout + proc.stderr
     lines = lines_by_mode(proc.stdout)
-    assert set(lines) == {0, 1}, proc.stdout
-    for repacked, line in lines.items():
-        assert "the same with OMNIDRAFT_SBQ4=0: yes" in line, line
+    assert set(lines) == {(0, 0), (1, 0), (0, 1), (1, 1)}, proc.stdout
+    for (repacked, fa), line in lines.items():
+        # flash attention: plain attention's tokens over the f32 cache (the probe reports ggml's own beside them)
+        assert ("the same as plain attention over an f32 cache: yes" if fa else
+                "the same with OMNIDRAFT_SBQ4=0: yes") in line, line
         if (quant, repacked) in EXACT:
             assert "bit-identical to one-row decoding up to n=8" in line, line
         kernel = KERNEL.get((quant, repacked))
         if kernel:
             took = int(re.search(rf"\b{kernel} (\d+)", line)[1])
             assert took > 0, f"{kernel} took no products: {line}"
+        # flash attention over the f16 cache (the product's default) goes through fa_rows.cpp, whose rows must
+        # be as bit-identical as the products'; ggml's plain attention never calls it
+        fa_took = int(re.search(r"attention chunks taken by fa_rows (\d+)", line)[1])
+        assert (fa_took > 0) == bool(fa), line
 
 
 def test_a_drifted_logit_fails_the_check(probe, models):
     proc = run(probe, models["q4_0"], "cortex-a76", OMNIDRAFT_PROBE_DRIFT="1")
-    assert "bit-identical to one-row decoding up to n=3" in lines_by_mode(proc.stdout)[1], proc.stdout
+    lines = lines_by_mode(proc.stdout)
+    assert all("bit-identical to one-row decoding up to n=3" in lines[(1, fa)] for fa in (0, 1)), proc.stdout
