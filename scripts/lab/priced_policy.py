@@ -16,6 +16,11 @@ versions is only what they chose.  The output must equal the target alone's.
     PYTHONPATH=BACKEND python scripts/lab/priced_policy.py --sets humaneval --seeds 8 --out OUT.json
     python scripts/lab/priced_policy.py --compare BEFORE.json AFTER.json...    # paired by seed
     PYTHONPATH=BACKEND python scripts/lab/priced_policy.py --sets humaneval --first-seed 7 --seeds 1 --trace --out T
+
+Long prompts (``--prompt-files``, raw text: long_context.py's) want the table of their context: the pass prices
+there (``omnidraft.llama.ctxcost``'s points) and the drafter's pass in its window (draft_context.py), e.g. for
+p2k's 2,262 tokens on the 2-core Zen 4, ``--t-verify 45,52.7,65.3,77.4,90,102.6,115.2,127.8 --t-draft
+2.2,2.5,3.0,3.45``.  Their prompts are read once (each run after the first reuses the target's cache of it).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import math
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -127,6 +133,7 @@ def run_seed(session: Session, cache, items, params, seed: int, a) -> dict:
     return {"seed": seed, "speedup": speedup(tokens, clock.modelled_s, tv[1] + OVERHEAD_MS * 1e-3),
             "tokens": tokens, "outputs": outs,
             "draft_lengths": dict(sorted(policy.lengths.items())), "t1_ms": round(policy.t_verify[1] * 1e3, 2),
+            "acc_long": [round(x, 3) for x in policy.acc_long],
             **({"trace": trace} if trace is not None else {})}
 
 
@@ -144,6 +151,16 @@ def compare(base: Path, others: list[Path]) -> None:
                   f"ahead in {sum(x > 0 for x in d)} of {len(d)} runs")
 
 
+def prompt_sets(a: argparse.Namespace):
+    """(name, items) of each held-out set in ``--sets``, or of each ``--prompt-files`` file (a set of one)."""
+    if a.prompt_files:
+        for f in a.prompt_files:
+            yield f.stem, [SimpleNamespace(prompt=f.read_text(), chat=False)]
+        return
+    for s in a.sets.split(","):
+        yield s, load_set(s).split("heldout")[: a.n]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--compare", type=Path, nargs="+", metavar="JSON", help="BEFORE AFTER...: compare saved runs")
@@ -159,20 +176,23 @@ def main() -> None:
     ap.add_argument("--memory", type=float, default=50.0, help="steps over which the pace keeps its drift")
     ap.add_argument("--jitter", type=float, default=0.03, help="each pass's own spread, lognormal sd")
     ap.add_argument("--trace", action="store_true", help="keep each step's length, estimates and T(n) / T(1)")
+    ap.add_argument("--prompt-files", type=Path, nargs="+", metavar="TXT",
+                    help="raw-text prompts (long_context.py's), each a set of one, instead of --sets")
     ap.add_argument("--out", type=Path, help="JSON file")
     a = ap.parse_args()
     if a.compare:
         return compare(a.compare[0], a.compare[1:])
     if a.out is None:
         ap.error("--out is required")
-    session = Session(Settings(target=a.target, method="hybrid"))
+    # the table prices every pass: prices that follow the context would time the machine's passes instead
+    session = Session(Settings(target=a.target, method="hybrid", context_prices=False))
     alone_gen = session.compose("target", None, DraftPolicy(PolicyConfig(k=0)))
-    params = GenerationParams(max_tokens=a.max_tokens)
+    # a long prompt is read once, then reused: runs differ only in what comes after it
+    params = GenerationParams(max_tokens=a.max_tokens, reuse_prefix=bool(a.prompt_files))
     cache = copy.deepcopy(session.pair.cache)
     data = {"command": " ".join(sys.argv), "table_ms": {"t_verify": a.t_verify, "t_draft": a.t_draft},
             "noise": {k: getattr(a, k) for k in ("seed_noise", "drift", "memory", "jitter")}, "sets": {}}
-    for s in a.sets.split(","):
-        items = load_set(s).split("heldout")[: a.n]
+    for s, items in prompt_sets(a):
         ref = [alone_gen.generate(alone_gen.prompt_for(it.prompt, it.chat), params).token_ids for it in items]
         seeds = range(a.first_seed, a.first_seed + a.seeds)
         runs = [run_seed(session, cache, items, params, seed, a) for seed in seeds]
