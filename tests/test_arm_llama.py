@@ -6,8 +6,9 @@ tests/arm_llama_probe.cpp.  Two tiny
 random Llama GGUFs with a real 32,000-token vocabulary (tests/gguf_helpers.py): every matrix Q4_0 (the fast
 mode repacks them to block_q4_0x4: sbq4.cpp) and every matrix Q8_0 (the exact mode's plain weights:
 sbk.cpp).  For each, in both modes, with ggml's plain attention (f32 cache) and with flash attention (f16 cache,
-fa_rows.cpp): 8 greedy tokens the same with OMNIDRAFT_SBQ4=1 and =0, batches of 2..8 rows' logits bit-identical
-to one-row decoding, the kernels' products and fa_rows' chunks counted; a one-ulp drift fails.
+fa_rows.cpp), after a 72-token prompt: 8 greedy tokens the same with OMNIDRAFT_SBQ4=1 and =0 (flash attention's:
+the same as plain attention's), batches of 2..8 rows' logits bit-identical to one-row decoding, the kernels'
+products and fa_rows' chunks counted; a one-ulp drift fails.
 
 The libllama cross-build is long (see BUILD_NOTE), so this module runs where its cache exists
 (.cache/arm-ggml/<key>-llama) or where OMNIDRAFT_ARM_BUILD=1 lets it build; otherwise it skips, saying so.
