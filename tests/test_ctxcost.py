@@ -173,3 +173,39 @@ def test_a_full_context_or_a_failing_pass_leaves_the_request_priced_from_the_poi
     assert costs.growth(_Full(), 5) == {}  # start-up's prices, not timed
     assert costs.growth(_Failing(), 5) == {}  # the error is logged, the request goes on
     assert list(costs.ratios.points) == [BASE_CONTEXT] and not saved
+
+
+def test_the_drift_check_weighs_only_one_token_passes_at_short_contexts(tmp_path):
+    """A decode after 2,262 tokens took 1.3-1.5x one after 128 (the 1.5B, 2-core Zen 4), and the drift check read
+    every one-token pass: each process after a long prompt dropped the cached cost model (measured again at the
+    next start) and the context prices with it.  Passes at MIN_CONTEXT cells or more no longer count; passes as
+    slow at a short context still drop both."""
+    from omnidraft.llama import costmodel
+    from omnidraft.llama.costmodel import CostModel
+    from omnidraft.runtime.costs import DRIFT_SAMPLES, CostStore
+    from omnidraft.speculative.step import StepOutcome
+
+    store = CostStore(None, tmp_path)
+    store.key = lambda: "this machine"
+    store.model = CostModel({1: 0.030, 2: 0.033}, 0.002)
+    ctx_path = tmp_path / "ctxcost.json"
+
+    def kept() -> tuple[bool, bool]:
+        return (costmodel.cached("this machine", tmp_path / "costmodel.json") is not None,
+                "this machine" in json.loads(ctx_path.read_text()))
+
+    costmodel.store("this machine", tmp_path / "costmodel.json", store.model)
+    ctx_path.write_text(json.dumps({"this machine": _ratios().as_dict()}))
+    pol = DraftPolicy(PolicyConfig(k=4))
+    pol.at_context(2262)
+    for _ in range(2 * DRIFT_SAMPLES):  # 1.5x the cached T(1), at a long context
+        pol.observe(StepOutcome(0, 0, verify_s=0.045))
+    assert pol.cells == 2262 + 2 * DRIFT_SAMPLES and pol.n_t1_short == 0 and pol.n_verify[1] == 2 * DRIFT_SAMPLES
+    store.check_drift([pol])
+    assert kept() == (True, True)
+    pol.at_context(MIN_CONTEXT - DRIFT_SAMPLES)  # the same pace at a short context: the machine did slow down
+    for _ in range(2 * DRIFT_SAMPLES):
+        pol.observe(StepOutcome(0, 0, verify_s=0.045))
+    assert pol.n_t1_short == DRIFT_SAMPLES  # the passes from MIN_CONTEXT cells on do not count
+    store.check_drift([pol])
+    assert kept() == (False, False)

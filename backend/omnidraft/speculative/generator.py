@@ -151,6 +151,7 @@ class Generator:
         stats = self.live_stats = GenerationStats(self.method, prompt_tokens=len(ids))
         t0 = time.perf_counter()
         stats.reused_tokens = t.prefill(ids, params.reuse_prefix)
+        self.policy.at_context(t.n_past)
         self._price_context(timing=True)
         if self.drafter is not None:  # the prompt's unread part: what the drafter would catch up on
             unread = len(ids) - stats.reused_tokens

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Callable
 
 from omnidraft.llama.costmodel import CostModel, speedup
+from omnidraft.llama.ctxcost import MIN_CONTEXT
 from .guard import RateGuard
 from .predictor import AcceptancePredictor
 from .rules import (ACC_PRIOR, POLICIES, RULES, Outlook, PolicyConfig, Rule, StepCosts,  # noqa: F401 (re-exported)
@@ -50,6 +51,8 @@ class DraftPolicy:
         self.lag = 0
         self.unread = 0  # of ``lag``, the prompt tokens the drafter left unread at the request's start
         self.left = 0  # target tokens the request may still write (0: not known)
+        self.cells = 0  # the target's context as of the latest step (``at_context``, then each step's tokens)
+        self.t1_short, self.n_t1_short = 0.0, 0  # one-token passes under MIN_CONTEXT cells (runtime.costs' drift)
         self.unresumed = 0  # steps where drafting again would not have repaid the drafter's reading (stats)
         self.acc = [ACC_PRIOR] * n  # EMA P(candidate i accepted | i-1 accepted), optimistic start
         # the same over the long run, for the guard's tokens of a drafting step: a mean of the last ~LONG_RUN
@@ -65,6 +68,10 @@ class DraftPolicy:
         self.chosen: collections.deque[int] = collections.deque(maxlen=4096)  # recent draft lengths only
         self.guard = RateGuard()  # the cost rule's check of its model against the pace it achieves
 
+    def at_context(self, cells: int) -> None:
+        """A request's prompt is read: the target holds ``cells`` tokens (each step adds its own)."""
+        self.cells = cells
+
     def begin_request(self, unread: int = 0, expected: int = 0) -> bool:
         """A new request: how much of a draft the target keeps depends on what is being written (a prompt in
         Japanese after one in Spanish), so an estimate under the prior leans halfway back up to it (one over it
@@ -75,11 +82,10 @@ class DraftPolicy:
         (the AVX2 path: one more row is 0.6 decodes), probing again at each request's start lost 2-3 %.
 
         Returns whether the drafter should read the prompt now (``Drafter.begin``'s ``read``): not where no draft
-        length is predicted to pay, or the guard has drafting stopped.  There the prompt's ``unread`` tokens
-        become the drafter's lag, priced like any catching up, and paid only by a probe: reading a 110-token
-        prompt took the drafter 34 ms on the AVX2 path, 3-5 % of the target's own prefill and 1.4-2.5 % of a
-        64-token request that never drafts.  Nor where the reading costs more than drafting is predicted to save
-        over the ``expected`` tokens the request may write (0: not known, not weighed): see ``_read_pays``."""
+        length is predicted to pay, or the guard has drafting stopped (the prompt's ``unread`` tokens become the
+        drafter's lag, paid only by a probe: reading 110 tokens took it 34 ms on the AVX2 path, 1.4-2.5 % of a
+        64-token request that never drafts), nor where it costs more than drafting is predicted to save over the
+        ``expected`` tokens (0: not known, not weighed; ``_read_pays``)."""
         self.acc = [max(a, 0.5 * a + 0.5 * ACC_PRIOR) for a in self.acc]
         self.lag, self.left = 0, expected
         o = replace(self._outlook(self.cfg.k, note=True), allowed=not self.guard.losing())
@@ -126,16 +132,13 @@ class DraftPolicy:
         """May the next step probe?  At least ``probe_every`` steps after the last probe, and only while the
         budget covers what a probe is predicted to lose: its drafted token and extra row beyond what the target
         alone pays for the tokens it is expected to yield.  Where probes win, they refill the budget and come
-        every ``probe_every`` steps; where they lose, the budget spaces them out (this replaced a back-off that
-        doubled the gap from 16 to 1,024 steps whatever a probe cost, and started again at each request).
-
-        The drafter's catching up on what the target wrote is charged when paid, not predicted: it grows with the
-        gap, so pricing it ahead would never let the budget catch up.  Where it is dear (the drafter reads a
-        missed token for 1.5 % of a decode), each probe's charge defers the next by more than the last gap: the
-        probes back off.  A prompt left unread is another matter: its size is known at the start and does not
-        grow, and a probe that reads it pays for all of it (``_read_pays``: 1.0 s of a 46.8 s run on a Zen 1).
-        So a probe is priced with the prompt it would read; one dearer than the budget saves up (CREDIT_STEPS
-        one-token passes' worth) waits for a request whose start reads its prompt."""
+        every ``probe_every`` steps; where they lose, the budget spaces them out (it replaced a back-off from 16 to
+        1,024 steps whatever a probe cost).  The drafter's catching up on what the target wrote is charged when
+        paid, not predicted: it grows with the gap, so pricing it ahead would never let the budget catch up; where
+        it is dear (a missed token read for 1.5 % of a decode), each probe's charge defers the next by more than
+        the last gap.  A prompt left unread is known at the start and does not grow, and a probe that reads it
+        pays for all of it (``_read_pays``: 1.0 s of a 46.8 s run on a Zen 1): so a probe is priced with it, and
+        one dearer than the budget saves up (CREDIT_STEPS one-token passes) waits for a request that reads it."""
         if self.steps - self._last_probe < self.cfg.probe_every:
             return False
         # at the long-run acceptance: a new request leans ``acc`` towards the prior, which prices a probe as free
@@ -253,6 +256,9 @@ class DraftPolicy:
             if n == 1:
                 self._since_t1 = 0
                 self._follow_t1(1)
+                if self.cells < MIN_CONTEXT:
+                    self.t1_short = ema(self.t1_short, step.verify_s, self.n_t1_short)
+                    self.n_t1_short += 1
             else:
                 self._since_t1 += 1
                 self._rederive_t1(n)
@@ -262,6 +268,7 @@ class DraftPolicy:
         self.price.learn(step, self.lag)
         self.lag = 0 if step.drafted or step.catchup_s else self.lag + step.accepted + 1
         self.left = max(self.left - step.accepted - 1, 0)
+        self.cells += step.accepted + 1
         self.unread = min(self.unread, self.lag)
         if step.drafted:
             self.lengths[len(step.judged)] = self.lengths.get(len(step.judged), 0) + 1
