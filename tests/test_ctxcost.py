@@ -109,6 +109,8 @@ def test_a_long_prompt_is_timed_once_rolled_back_and_kept(default_session, targe
     params = GenerationParams(max_tokens=24)
     final = gen.generate(prompt, params)
     assert final.token_ids == target_reference(s.target, prompt, params)  # the timed passes left no trace
+    # the policy knew its context: none of its one-token passes counts towards the cost model's drift check
+    assert cells + len(final.token_ids) <= pol.cells <= cells + len(final.token_ids) + 5 and pol.n_t1_short == 0
     assert set(contexts.ratios.points) == {BASE_CONTEXT, cells}
     ratios = contexts.ratios.points[cells]
     assert sorted(ratios) == [2, 3, 4, 5] and all(r > 0.5 for r in ratios.values()), ratios
