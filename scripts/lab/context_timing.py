@@ -12,9 +12,9 @@ At the context a prompt file leaves (the served pair, the target's fast mode):
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +22,9 @@ from omnidraft.bench.report import write_json
 from omnidraft.llama import costmodel
 from omnidraft.runtime.session import Session, Settings
 from omnidraft.speculative.generator import GenerationParams
+
+sys.path.insert(0, str(Path(__file__).parent))
+from long_served import passes_by_rows  # noqa: E402
 
 
 def ratios(target, before, rounds: int = 3) -> dict:
@@ -57,10 +60,8 @@ def shape_switch(target, passes: int = 20) -> dict:
 def live(session: Session, text: str, k: int, max_tokens: int) -> dict:
     gen = session.generator(method="hybrid", k=k, policy="fixed")
     final = gen.generate(gen.prompt_for(text, False), GenerationParams(max_tokens=max_tokens, reuse_prefix=True))
-    rows = collections.defaultdict(list)
-    for step in final.steps:
-        rows[step.proposed + 1].append(step.target_s * 1e3)
-    return {n: {"passes": len(v), "median_ms": round(statistics.median(v), 1)} for n, v in sorted(rows.items())}
+    pass_ms, passes = passes_by_rows(final.steps)
+    return {n: {"passes": passes[n], "median_ms": ms} for n, ms in pass_ms.items()}
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 Each run a fresh process, the configurations alternated, the order reversed each round: `omnidraft generate --json
 --max-tokens N` with the target alone and with the default (its first token timed from the request's start, its
 tok/s over what follows), and plain llama-cpp-python as pip builds it (``--peer-path``, no patch) with all cores,
-`create_completion` streamed and timed the same way.  The same GGUF for all; greedy.
+`create_completion` streamed (``bench.runner.PeerLlama``) and timed the same way.  The same GGUF for all; greedy.
 
     .venv/bin/python scripts/lab/long_first_token.py --peer-path /tmp/upstream --prompts DIR/p2k.txt --rounds 2 \\
         --out OUT.json
@@ -22,36 +22,25 @@ from pathlib import Path
 from omnidraft.assets import models
 from omnidraft.bench.report import write_json
 
+sys.path.insert(0, str(Path(__file__).parent))
+from long_context import run as product  # noqa: E402  (one `omnidraft generate --json` process a run)
+
+# plain llama-cpp-python, run by the product's own peer (bench.runner.PeerLlama: all cores, streamed, its first token
+# timed from the request and its tok/s over what follows, as `omnidraft generate` times them)
 PEER = """
-import json, os, sys, time
-from llama_cpp import Llama
-n = os.cpu_count()
-llm = Llama(model_path=sys.argv[1], n_ctx=4096, n_threads=n, n_threads_batch=n, verbose=False)
-prompt = sys.stdin.read()
-t0 = time.perf_counter()
-first = last = None
-n = 0
-for chunk in llm.create_completion(prompt, max_tokens=int(sys.argv[2]), temperature=0, stream=True):
-    last = time.perf_counter()
-    first = first or last
-    n += 1
-print(json.dumps({"first_token_s": first - t0, "tok_s": (n - 1) / (last - first) if n > 1 else 0.0,
-                  "prompt_tokens": len(llm.tokenize(prompt.encode()))}))
+import json, sys
+from omnidraft.assets.prompts import Item
+from omnidraft.bench.runner import PeerLlama
+from omnidraft.speculative.generator import GenerationParams
+st = PeerLlama(sys.argv[1]).generate(Item("long", sys.stdin.read(), False, "heldout"),
+                                     GenerationParams(max_tokens=int(sys.argv[2]))).stats
+print(json.dumps({"first_token_s": st.first_token_s, "tok_s": st.tokens_per_s}))
 """
 CONFIGS = ("target", "hybrid", "plain")  # the product's target alone, its default, plain llama-cpp-python
 
 
-def product(prompt: str, method: str, a: argparse.Namespace) -> dict:
-    cmd = [os.path.join(os.path.dirname(sys.executable), "omnidraft"), "generate", "--json", "--method", method,
-           "--max-tokens", str(a.max_tokens), "--target", a.target, "-"]
-    out = json.loads(subprocess.run(cmd, input=prompt, capture_output=True, text=True, check=True).stdout)
-    st = out["stats"]
-    return {"first_token_s": st["first_token_s"], "tok_s": st["tokens_per_s"], "prompt_tokens": st["prompt_tokens"],
-            "text": out["text"]}
-
-
 def plain(prompt: str, path: Path, a: argparse.Namespace) -> dict:
-    env = dict(os.environ, PYTHONPATH=a.peer_path)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (a.peer_path, os.environ.get("PYTHONPATH")) if p))
     out = subprocess.run([sys.executable, "-c", PEER, str(path), str(a.max_tokens)], input=prompt,
                          capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout)
@@ -84,6 +73,8 @@ def main() -> None:
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--state", help="a state dir every product run starts from a fresh copy of (default: the shared "
+                    "one)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     path = models.resolve(a.target)
@@ -92,7 +83,7 @@ def main() -> None:
         for f in a.prompts:
             text = f.read_text()
             for who in (CONFIGS if r % 2 == 0 else CONFIGS[::-1]):
-                res = plain(text, path, a) if who == "plain" else product(text, who, a)
+                res = plain(text, path, a) if who == "plain" else product(text, who, {}, [], a)
                 runs.append({"round": r, "prompt": f.stem, "who": who, **res})
                 print(json.dumps({k: v for k, v in runs[-1].items() if k != "text"}), flush=True)
     table = table_of(runs, a.prompts)

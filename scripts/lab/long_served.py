@@ -27,16 +27,23 @@ from omnidraft.speculative.generator import GenerationParams
 CONFIGS = ("target", "hybrid")  # the target alone, and the default method under its cost policy
 
 
+def passes_by_rows(steps) -> tuple[dict[int, float], dict[int, int]]:
+    """The target's pass times in a generation's steps by rows (the last token and the drafts): medians in ms, and
+    how many passes of each size."""
+    rows = collections.defaultdict(list)
+    for step in steps:
+        rows[step.proposed + 1].append(step.target_s * 1e3)
+    return ({n: round(statistics.median(v), 1) for n, v in sorted(rows.items())},
+            {n: len(v) for n, v in sorted(rows.items())})
+
+
 def one_run(session: Session, method: str, text: str, params: GenerationParams) -> tuple[dict, list[int]]:
     gen = session.generator(method=method)
     final = gen.generate(gen.prompt_for(text, False), params)
-    rows = collections.defaultdict(list)
-    for step in final.steps:
-        rows[step.proposed + 1].append(step.target_s * 1e3)
     st = final.stats
-    return ({"tok_s": st.tokens_per_s, "first_token_s": st.first_token_s, "tau": st.tau,
-             "pass_ms": {n: round(statistics.median(v), 1) for n, v in sorted(rows.items())},
-             "passes": {n: len(v) for n, v in sorted(rows.items())}}, final.token_ids)
+    pass_ms, passes = passes_by_rows(final.steps)
+    return ({"tok_s": st.tokens_per_s, "first_token_s": st.first_token_s, "tau": st.tau, "pass_ms": pass_ms,
+             "passes": passes}, final.token_ids)
 
 
 def summary(runs: list[dict], prompts: list[str]) -> list[str]:
