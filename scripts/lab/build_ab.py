@@ -7,33 +7,44 @@ e.g. a copy of .venv's taken before `make setup` rebuilt it; the other is the .v
         --out results/.../engine-ab.jsonl
 
 Each process decodes a short code prompt, then times passes of n tokens at its end (rolled back after each), and
-prints one JSON line: the median ms for every n.  The summary takes the median over rounds.
+prints one JSON line: the median ms for every n.  The summary takes the median over rounds.  ``--ctx N`` reads N
+tokens of stdlib source first (8 a pass, as the product reads prompts; ``fa_rows_ab.py``'s text), so that the passes
+attend to a long context.
 """
 
 import argparse
+import inspect
 import json
 import os
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 
 from decode_t1 import PROMPT, engines  # the same prompt and fast-mode engine as the in-process comparisons
 
 
-def child(file: str, ns: list[int], passes: int) -> None:
+def child(file: str, ns: list[int], passes: int, ctx: int) -> None:
     import llama_cpp
 
-    (e,) = engines([file], ("fast",)).values()
-    prompt = e.tokenize(PROMPT)
-    e.decode(prompt)
+    (e,) = engines([file], ("fast",), n_ctx=max(ctx + 64, 1024)).values()
+    if ctx:  # the context, 8 tokens a pass; the timed passes take the tokens that follow it
+        toks = e.tokenize(inspect.getsource(textwrap) * (ctx // 2000 + 2))
+        for i in range(0, ctx, 8):
+            e.decode(toks[i:min(i + 8, ctx)], "none")
+    else:
+        toks = e.tokenize(PROMPT)
+        e.decode(toks)
+    at = ctx or len(toks)
+    src = toks[at:] if ctx else toks  # a short prompt's passes reuse its own tokens
     times: dict[int, list[float]] = {n: [] for n in ns}
     for r in range(passes):
         for n in ns:
             t = time.perf_counter()
-            e.decode(prompt[r % 7: r % 7 + n], "all")
+            e.decode(src[r % 7: r % 7 + n], "all")
             times[n].append(time.perf_counter() - t)
-            e.rollback(len(prompt))
+            e.rollback(at)
     print(json.dumps({"build": os.path.dirname(llama_cpp.__file__),
                       **{f"T({n})": round(statistics.median(v) * 1e3, 2) for n, v in times.items()}}))
 
@@ -45,20 +56,23 @@ def main() -> None:
     ap.add_argument("--n", default="1,2,4,8", help="pass sizes")
     ap.add_argument("--passes", type=int, default=40, help="timed passes per n and process")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--ctx", type=int, default=0, help="tokens of context the passes attend to (0: a short prompt)")
     ap.add_argument("--out", help="JSON lines, one per process")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     ns = [int(x) for x in a.n.split(",")]
     if a.child:
-        return child(a.file, ns, a.passes)
+        return child(a.file, ns, a.passes, a.ctx)
     if not a.before:
         ap.error("--before is required")
     rows = []
     for r in range(a.rounds):
-        for label, path in (("before", a.before), ("after", "")):
+        builds = (("before", a.before), ("after", ""))
+        for label, path in builds if r % 2 == 0 else builds[::-1]:  # A B, then B A: the VM's drift evens out
             env = dict(os.environ, PYTHONPATH=path)
-            out = subprocess.run([sys.executable, __file__, "--child", "--file", a.file, "--n", a.n,
-                                  "--passes", str(a.passes)], env=env, capture_output=True, text=True, check=True)
+            cmd = [sys.executable, __file__, "--child", "--file", a.file, "--n", a.n, "--passes", str(a.passes),
+                   "--ctx", str(a.ctx)]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             rows.append({"label": label, "round": r, **json.loads(out.stdout.strip().splitlines()[-1])})
             print(json.dumps(rows[-1]), flush=True)
     for label in ("before", "after"):

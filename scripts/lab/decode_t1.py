@@ -35,11 +35,12 @@ def _alternate(engines: dict, rounds: int) -> dict:
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
-def engines(names: list[str], modes: tuple[str, ...]) -> dict:
+def engines(names: list[str], modes: tuple[str, ...], n_ctx: int = 1024) -> dict:
     from omnidraft.assets import models
     from omnidraft.llama.engine import Engine, EngineConfig
 
-    return {f"{n} {m}": Engine(models.resolve(n), EngineConfig(n_threads=2, n_ctx=1024, batch_invariant=(m == "exact")))
+    return {f"{n} {m}": Engine(models.resolve(n),
+                               EngineConfig(n_threads=2, n_ctx=n_ctx, batch_invariant=(m == "exact")))
             for n in names for m in modes}
 
 
