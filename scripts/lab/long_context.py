@@ -29,6 +29,7 @@ AB = {
                 "hybrid fa_rows=1": ("hybrid", {"OMNIDRAFT_FA_ROWS": "1"}, [], "target fa_rows=1"),
                 "target fa_rows=0": ("target", {"OMNIDRAFT_FA_ROWS": "0"}, [], "target fa_rows=0"),
                 "hybrid fa_rows=0": ("hybrid", {"OMNIDRAFT_FA_ROWS": "0"}, [], "target fa_rows=0")},
+    "default": {"target": ("target", {}, [], "target"), "hybrid": ("hybrid", {}, [], "target")},
     "context-prices": {"target": ("target", {}, [], "target"),
                        "hybrid": ("hybrid", {}, [], "target"),
                        "hybrid start-up prices": ("hybrid", {}, ["--no-context-prices"], "target"),
