@@ -13,16 +13,15 @@ attend to a long context.
 """
 
 import argparse
-import inspect
 import json
 import os
 import statistics
 import subprocess
 import sys
-import textwrap
 import time
 
 from decode_t1 import PROMPT, engines  # the same prompt and fast-mode engine as the in-process comparisons
+from fa_rows_ab import context_tokens, read  # fa_rows_ab's context, read as it reads it
 
 
 def child(file: str, ns: list[int], passes: int, ctx: int) -> None:
@@ -30,9 +29,8 @@ def child(file: str, ns: list[int], passes: int, ctx: int) -> None:
 
     (e,) = engines([file], ("fast",), n_ctx=max(ctx + 64, 1024)).values()
     if ctx:  # the context, 8 tokens a pass; the timed passes take the tokens that follow it
-        toks = e.tokenize(inspect.getsource(textwrap) * (ctx // 2000 + 2))
-        for i in range(0, ctx, 8):
-            e.decode(toks[i:min(i + 8, ctx)], "none")
+        toks = context_tokens(e, ctx)
+        read(e, toks, 0, ctx)
     else:
         toks = e.tokenize(PROMPT)
         e.decode(toks)

@@ -21,6 +21,18 @@ from omnidraft.bench.report import write_json
 from omnidraft.llama.engine import Engine, EngineConfig
 
 
+def context_tokens(e: Engine, cells: int) -> list[int]:
+    """Stdlib source (``textwrap``, repeated) as tokens: more than ``cells`` of them, for a context and the passes
+    that follow it."""
+    return e.tokenize(inspect.getsource(textwrap) * (cells // 2000 + 2))
+
+
+def read(e: Engine, toks: list[int], start: int, end: int) -> None:
+    """``toks[start:end]`` into the cache, 8 tokens a pass, as the product reads a prompt."""
+    for i in range(start, end, 8):
+        e.decode(toks[i:min(i + 8, end)], "none")
+
+
 def timed(e: Engine, toks: list[int], at: int, n: int, reps: int) -> dict[str, float]:
     """Median ms of an n-token pass at context ``at``, both ways, alternated."""
     ts: dict[str, list[float]] = {"fa_rows": [], "one_chunk": []}
@@ -45,11 +57,10 @@ def main() -> None:
     a = ap.parse_args()
     ctxs, ns = [int(x) for x in a.ctx.split(",")], [int(x) for x in a.n.split(",")]
     e = Engine(models.resolve(a.file), EngineConfig(n_threads=2, n_ctx=max(ctxs) + 64, batch_invariant=False))
-    toks = e.tokenize(inspect.getsource(textwrap) * (max(ctxs) // 2000 + 2))
+    toks = context_tokens(e, max(ctxs))
     rows, done = [], 0
     for c in ctxs:
-        for i in range(done, c, 8):  # the prompt, 8 tokens a pass
-            e.decode(toks[i:min(i + 8, c)], "none")
+        read(e, toks, done, c)
         done = c
         row = {"ctx": c, **{f"T({n})": timed(e, toks, c, n, a.reps) for n in ns}}
         rows.append(row)
